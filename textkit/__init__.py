@@ -1,0 +1,30 @@
+"""textkit: a JAX-based, functional NLP toolkit.
+
+Importing ``textkit`` is cheap: the subpackages are imported on first use, and
+``textkit.data``, ``textkit.batchify`` and ``textkit.vocab`` never import jax or flax.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = (
+    "batchify",
+    "data",
+    "embedding",
+    "models",
+    "parallel",
+    "precision",
+    "training",
+    "vocab",
+)
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"textkit.{name}")
+    raise AttributeError(f"module 'textkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_SUBMODULES))

@@ -1,0 +1,112 @@
+"""Mixed-precision policy: which dtype parameters, computation and outputs use.
+
+A ``Policy`` is a frozen dataclass (hashable, usable in a model config and as a static jit
+argument). String forms::
+
+    Policy.parse("params=float32,compute=bfloat16,output=float32")
+    Policy.parse("mixed_bfloat16")   # params float32, compute bfloat16, output float32
+    Policy.parse("mixed_float16")    # params float32, compute float16, output float32
+    Policy.parse("float32")          # everything float32
+
+Rule of use in textkit models: parameters are stored in ``param_dtype``; matmul/conv inputs are
+cast to ``compute_dtype`` (accumulating in float32); layer norm, softmax, logits and losses run
+in float32; the model's returned values are cast to ``output_dtype``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_DTYPE_NAMES = {
+    "float32": jnp.float32, "f32": jnp.float32, "fp32": jnp.float32,
+    "bfloat16": jnp.bfloat16, "bf16": jnp.bfloat16,
+    "float16": jnp.float16, "f16": jnp.float16, "fp16": jnp.float16, "half": jnp.float16,
+}
+_SHORT_NAMES = {
+    "float32": ("float32", "float32", "float32"),
+    "mixed_bfloat16": ("float32", "bfloat16", "float32"),
+    "mixed_float16": ("float32", "float16", "float32"),
+    "bfloat16": ("bfloat16", "bfloat16", "bfloat16"),
+    "float16": ("float16", "float16", "float16"),
+}
+_KEYS = {"params": "param_dtype", "param": "param_dtype", "p": "param_dtype",
+         "compute": "compute_dtype", "c": "compute_dtype",
+         "output": "output_dtype", "o": "output_dtype"}
+
+
+def _dtype(name: str) -> Any:
+    try:
+        return _DTYPE_NAMES[name.strip().lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown dtype {name!r}; expected one of {sorted(set(_DTYPE_NAMES))}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Three dtypes: parameters, computation, outputs (all numpy/jnp dtype classes)."""
+
+    param_dtype: Any = jnp.float32
+    compute_dtype: Any = jnp.float32
+    output_dtype: Any = jnp.float32
+
+    @classmethod
+    def parse(cls, spec: str | Policy) -> Policy:
+        """Build a policy from a short name or ``"params=..,compute=..,output=.."``."""
+        if isinstance(spec, Policy):
+            return spec
+        text = spec.strip().lower()
+        if text in _SHORT_NAMES:
+            p, c, o = _SHORT_NAMES[text]
+            return cls(_dtype(p), _dtype(c), _dtype(o))
+        fields: dict[str, Any] = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or key.strip() not in _KEYS:
+                raise ValueError(
+                    f"cannot parse precision policy {spec!r}: expected a short name "
+                    f"{sorted(_SHORT_NAMES)} or 'params=<dtype>,compute=<dtype>,output=<dtype>'")
+            fields[_KEYS[key.strip()]] = _dtype(value)
+        return cls(**fields)
+
+    def __str__(self) -> str:
+        names = [np.dtype(d).name for d in (self.param_dtype, self.compute_dtype, self.output_dtype)]
+        return "params={},compute={},output={}".format(*names)
+
+    @property
+    def needs_loss_scaling(self) -> bool:
+        """True when gradients flow through float16 and need dynamic loss scaling."""
+        return np.dtype(self.compute_dtype) == np.dtype(jnp.float16)
+
+    def cast_to_param(self, tree: Any) -> Any:
+        return cast_floating(tree, self.param_dtype)
+
+    def cast_to_compute(self, tree: Any) -> Any:
+        return cast_floating(tree, self.compute_dtype)
+
+    def cast_to_output(self, tree: Any) -> Any:
+        return cast_floating(tree, self.output_dtype)
+
+
+def cast_floating(tree: Any, dtype: Any) -> Any:
+    """Cast every floating-point leaf of ``tree`` to ``dtype``; integer leaves are unchanged."""
+
+    def cast(x):
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(dtype)
+        return x
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+def mask_value(dtype: Any) -> float:
+    """A large negative fill for masked attention logits that is finite in ``dtype``.
+
+    Half of the dtype's most negative finite value, so that adding a bias cannot overflow.
+    """
+    return float(jnp.finfo(dtype).min) / 2
