@@ -1,0 +1,4 @@
+"""Datasets, tokenizers, samplers and the loader. Never imports jax or flax.
+
+Each module adds one import line here for its public names.
+"""

@@ -1,0 +1,1 @@
+"""Losses, schedules, the train-step factory, checkpoints and metrics."""
