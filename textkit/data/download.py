@@ -1,0 +1,191 @@
+"""Cached, checksummed downloads and archive extraction.
+
+Files land in ``textkit_home()`` (``$TEXTKIT_HOME``, default ``~/.textkit``). A download streams
+into a temporary file in the destination folder, is verified, and only then renamed into place,
+so an interrupted or corrupt download never leaves a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+__all__ = [
+    "ChecksumError",
+    "OfflineError",
+    "download",
+    "extract_archive",
+    "file_hash",
+    "textkit_home",
+    "verify_file",
+]
+
+_CHUNK = 1 << 20
+_HASHES = ("sha256", "sha1", "md5")
+
+
+class ChecksumError(ValueError):
+    """A file's checksum differs from the expected one (the bad file was deleted)."""
+
+
+class OfflineError(OSError):
+    """A needed file is absent and could not be downloaded; names the files and their folder."""
+
+    def __init__(self, files: Sequence[str | os.PathLike], folder: str | os.PathLike,
+                 urls: Sequence[str] = (), reason: str = ""):
+        self.files = [Path(f).name for f in files]
+        self.folder = Path(folder)
+        self.urls = list(urls)
+        lines = [f"Missing file(s) {', '.join(self.files)} and the download failed"
+                 + (f": {reason}" if reason else ".")]
+        if self.urls:
+            lines.append("Get them from: " + ", ".join(self.urls))
+        lines.append(f"Place them in the folder {self.folder} "
+                     "(or point root / TEXTKIT_HOME there).")
+        super().__init__("\n".join(lines))
+
+
+def textkit_home() -> Path:
+    """The cache folder: ``$TEXTKIT_HOME`` if set, else ``~/.textkit``."""
+    return Path(os.environ.get("TEXTKIT_HOME", "~/.textkit")).expanduser()
+
+
+def file_hash(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _expected_hash(sha256: str | None, sha1: str | None, md5: str | None) -> tuple[str, str] | None:
+    given = [(name, value) for name, value in zip(_HASHES, (sha256, sha1, md5)) if value]
+    if len(given) > 1:
+        raise ValueError(f"give at most one checksum, got {[name for name, _ in given]}")
+    return (given[0][0], given[0][1].lower()) if given else None
+
+
+def verify_file(path: str | os.PathLike, *, sha256: str | None = None, sha1: str | None = None,
+                md5: str | None = None) -> bool:
+    """True if ``path`` exists and matches the given checksum (any existing file if none given)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    expected = _expected_hash(sha256, sha1, md5)
+    return expected is None or file_hash(path, expected[0]) == expected[1]
+
+
+def download(url: str, path: str | os.PathLike, *, sha256: str | None = None,
+             sha1: str | None = None, md5: str | None = None, progress: bool = True,
+             overwrite: bool = False) -> Path:
+    """Download ``url`` (http(s)://, ftp:// or file://) to ``path`` and verify its checksum.
+
+    An existing ``path`` that matches the checksum (or any existing file when no checksum is
+    given) is kept unless ``overwrite``. Raises ``ChecksumError`` naming the url, the expected and
+    the actual digest when the download does not match (nothing is left behind), and
+    ``OfflineError`` naming the file and folder when the url cannot be read.
+    """
+    path = Path(path)
+    expected = _expected_hash(sha256, sha1, md5)
+    if not overwrite and verify_file(path, sha256=sha256, sha1=sha1, md5=md5):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.new(expected[0] if expected else "sha256")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                response = urllib.request.urlopen(url, timeout=60)
+            except (urllib.error.URLError, OSError, ValueError) as err:
+                raise OfflineError([path], path.parent, [url], reason=str(err)) from err
+            with response:
+                total = response.headers.get("Content-Length")
+                with tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
+                          unit_divisor=1024, desc=f"download {path.name}",
+                          disable=not progress) as bar:
+                    for chunk in iter(lambda: response.read(_CHUNK), b""):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        bar.update(len(chunk))
+        if expected is not None and digest.hexdigest() != expected[1]:
+            raise ChecksumError(
+                f"checksum mismatch for {url}: expected {expected[0]} {expected[1]}, "
+                f"got {digest.hexdigest()}; the downloaded file was deleted")
+        os.replace(tmp_name, path)
+    finally:
+        if os.path.exists(tmp_name):
+            os.remove(tmp_name)
+    return path
+
+
+def _archive_kind(archive: Path) -> str:
+    name = archive.name.lower()
+    if name.endswith(".zip"):
+        return "zip"
+    if name.endswith((".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")):
+        return "tar"
+    if name.endswith(".gz"):
+        return "gz"
+    raise ValueError(f"{archive}: unknown archive type "
+                     "(expected .zip, .tar[.gz|.bz2|.xz], .tgz or .gz)")
+
+
+def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
+                    members: Iterable[str] | None = None) -> list[Path]:
+    """Extract a .zip, .tar(.gz/.bz2/.xz)/.tgz or single-file .gz archive into ``dest``.
+
+    ``members`` limits extraction to those archive paths. Files are first extracted into a
+    temporary folder inside ``dest`` and then renamed into place, so a failure leaves no partial
+    files. Paths that would escape ``dest`` are refused. Returns the extracted file paths.
+    """
+    archive, dest = Path(archive), Path(dest)
+    kind = _archive_kind(archive)
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted = None if members is None else set(members)
+    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest))
+    try:
+        if kind == "gz":
+            names = [archive.name[: -len(".gz")]]
+            with gzip.open(archive, "rb") as src, open(staging / names[0], "wb") as out:
+                shutil.copyfileobj(src, out, _CHUNK)
+        elif kind == "zip":
+            with zipfile.ZipFile(archive) as zf:
+                names = [n for n in zf.namelist() if not n.endswith("/")
+                         and (wanted is None or n in wanted)]
+                for name in names:
+                    _check_inside(staging, name, archive)
+                    zf.extract(name, staging)
+        else:
+            with tarfile.open(archive) as tf:
+                infos = [m for m in tf.getmembers() if m.isfile()
+                         and (wanted is None or m.name in wanted)]
+                tf.extractall(staging, members=infos, filter="data")
+                names = [m.name for m in infos]
+        if wanted is not None and (missing := wanted - set(names)):
+            raise FileNotFoundError(f"{archive}: no member(s) {sorted(missing)}")
+        extracted = []
+        for name in names:
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / name, target)
+            extracted.append(target)
+        return extracted
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_inside(root: Path, name: str, archive: Path) -> None:
+    if not (root / name).resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"{archive}: member {name!r} would be extracted outside {root}")
