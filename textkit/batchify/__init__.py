@@ -1,5 +1,12 @@
-"""Batchify callables that turn a list of samples into numpy arrays. Never imports jax."""
+"""Batchify callables that turn a list of samples into numpy arrays. Never imports jax.
 
+Every callable is ``fn(samples, shape=None)``; ``shape`` is the ``BatchShape`` a bucket sampler
+assigned to the batch.
+"""
+
+from textkit.batchify.containers import Dict, List, NamedTuple, Tuple
+from textkit.batchify.pad import Pad
 from textkit.batchify.shape import BatchShape
+from textkit.batchify.stack import Stack
 
-__all__ = ["BatchShape"]
+__all__ = ["BatchShape", "Dict", "List", "NamedTuple", "Pad", "Stack", "Tuple"]
