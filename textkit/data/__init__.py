@@ -2,3 +2,4 @@
 
 Each module adds one import line here for its public names.
 """
+from textkit.data.samplers import Batch, FixedBucketSampler, SortedBucketSampler, SplitSampler  # noqa: F401
