@@ -2,6 +2,7 @@
 
 Each module adds one import line here for its public names.
 """
+from textkit.data.loader import DataLoader  # noqa: F401
 from textkit.data.samplers import Batch, FixedBucketSampler, SortedBucketSampler, SplitSampler  # noqa: F401
 from textkit.data.splits import kfold_indices  # noqa: F401
 from textkit.data.toy import toy_lm_corpus, toy_sentiment, toy_translation  # noqa: F401
