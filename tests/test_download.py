@@ -99,6 +99,9 @@ def test_extract_zip_tar_gz(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         extract_archive(zpath, tmp_path / "z2", members=["missing.txt"])
 
+    flat = extract_archive(zpath, tmp_path / "f", members=["train.txt"], flatten=True)
+    assert flat == [tmp_path / "f" / "train.txt"] and flat[0].read_text() == "a b\n"
+
     tpath = tmp_path / "b.tar.gz"
     with tarfile.open(tpath, "w:gz") as tf:
         data = b"x y z\n"

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
@@ -143,17 +143,23 @@ def _archive_kind(archive: Path) -> str:
 
 
 def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
-                    members: Iterable[str] | None = None) -> list[Path]:
+                    members: Iterable[str] | None = None, flatten: bool = False) -> list[Path]:
     """Extract a .zip, .tar(.gz/.bz2/.xz)/.tgz or single-file .gz archive into ``dest``.
 
-    ``members`` limits extraction to those archive paths. Files are first extracted into a
-    temporary folder inside ``dest`` and then renamed into place, so a failure leaves no partial
-    files. Paths that would escape ``dest`` are refused. Returns the extracted file paths.
+    ``members`` limits extraction to those archive paths (with ``flatten``: to those base
+    names, wherever they sit in the archive). ``flatten`` writes every file directly into
+    ``dest``. Files are first extracted into a temporary folder inside ``dest`` and then renamed
+    into place, so a failure leaves no partial files. Paths that would escape ``dest`` are
+    refused. Returns the extracted file paths.
     """
     archive, dest = Path(archive), Path(dest)
     kind = _archive_kind(archive)
     dest.mkdir(parents=True, exist_ok=True)
     wanted = None if members is None else set(members)
+
+    def selected(name: str) -> bool:
+        return wanted is None or (PurePosixPath(name).name if flatten else name) in wanted
+
     staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest))
     try:
         if kind == "gz":
@@ -162,22 +168,23 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
                 shutil.copyfileobj(src, out, _CHUNK)
         elif kind == "zip":
             with zipfile.ZipFile(archive) as zf:
-                names = [n for n in zf.namelist() if not n.endswith("/")
-                         and (wanted is None or n in wanted)]
+                names = [n for n in zf.namelist() if not n.endswith("/") and selected(n)]
                 for name in names:
                     _check_inside(staging, name, archive)
                     zf.extract(name, staging)
         else:
             with tarfile.open(archive) as tf:
-                infos = [m for m in tf.getmembers() if m.isfile()
-                         and (wanted is None or m.name in wanted)]
+                infos = [m for m in tf.getmembers() if m.isfile() and selected(m.name)]
                 tf.extractall(staging, members=infos, filter="data")
                 names = [m.name for m in infos]
-        if wanted is not None and (missing := wanted - set(names)):
+        outputs = [PurePosixPath(n).name if flatten else n for n in names]
+        if len(set(outputs)) != len(outputs):
+            raise ValueError(f"{archive}: several members share a file name, cannot flatten")
+        if wanted is not None and (missing := wanted - set(outputs)):
             raise FileNotFoundError(f"{archive}: no member(s) {sorted(missing)}")
         extracted = []
-        for name in names:
-            target = dest / name
+        for name, output in zip(names, outputs):
+            target = dest / output
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, target)
             extracted.append(target)
