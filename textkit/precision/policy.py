@@ -75,7 +75,8 @@ class Policy:
         return cls(**fields)
 
     def __str__(self) -> str:
-        names = [np.dtype(d).name for d in (self.param_dtype, self.compute_dtype, self.output_dtype)]
+        dtypes = (self.param_dtype, self.compute_dtype, self.output_dtype)
+        names = [np.dtype(d).name for d in dtypes]
         return "params={},compute={},output={}".format(*names)
 
     @property

@@ -1,0 +1,202 @@
+"""Checkpoints over ``orbax.checkpoint.CheckpointManager``: keep-N, best-by-metric, JSON extra.
+
+Each step directory holds two items: ``state`` (any pytree, e.g. a ``TrainState``, saved with
+Orbax's standard handler) and ``extra`` (a small JSON dict: the sampler's ``state_dict()``, the
+epoch, metrics, the config). Orbax writes a step into a temporary directory and renames it when
+complete, so a step interrupted mid-write is never listed or restored.
+
+Retention: the ``max_to_keep`` most recent steps are kept; with ``best_metric`` the best step by
+``metrics[best_metric]`` is kept as well (``best_mode`` "max" or "min").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | jax.Array) and np.ndim(value) == 0:
+        return np.asarray(value).item()
+    if isinstance(value, np.ndarray | jax.Array):
+        return np.asarray(value).tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _to_json_tree(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
+    """Plain-Python copy of ``value`` (numpy/jax scalars and arrays converted)."""
+    try:
+        return json.loads(json.dumps(dict(value), default=_json_default))
+    except TypeError as error:
+        raise TypeError(f"checkpoint {name} must be JSON serialisable: {error}") from None
+
+
+class CheckpointManager:
+    """Save and restore ``(state pytree, extra JSON)`` per step under ``directory``."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        max_to_keep: int | None = 5,
+        best_metric: str | None = None,
+        best_mode: str = "max",
+    ):
+        if best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
+        if max_to_keep is not None and max_to_keep < 1:
+            raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
+        self.best_metric = best_metric
+        policies: list[Any] = [ocp.checkpoint_managers.LatestN(n=max_to_keep)]
+        best_fn = None
+        if best_metric is not None:
+            best_fn = lambda metrics: float(metrics[best_metric])
+            policies.append(ocp.checkpoint_managers.BestN(
+                get_metric_fn=best_fn, reverse=best_mode == "min", n=1,
+                keep_checkpoints_without_metrics=False))
+        options = ocp.CheckpointManagerOptions(
+            best_fn=best_fn,
+            best_mode=best_mode,
+            preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(
+            os.path.abspath(os.fspath(directory)), options=options,
+            item_names=("state", "extra"))
+
+    @property
+    def directory(self) -> str:
+        return os.fspath(self._manager.directory)
+
+    def save(
+        self,
+        step: int,
+        state: Any,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Save ``state`` and ``extra`` as ``step`` (asynchronously; see ``wait_until_finished``).
+
+        ``metrics`` are stored with the step (also inside ``extra["metrics"]``) and rank steps
+        for ``best_metric``, which they must then contain.
+        """
+        metrics = _to_json_tree("metrics", metrics or {})
+        if self.best_metric is not None and self.best_metric not in metrics:
+            raise ValueError(
+                f"step {step}: metrics {sorted(metrics)} lack best_metric {self.best_metric!r}")
+        extra = _to_json_tree("extra", {**(extra or {}), "metrics": metrics})
+        self._manager.save(
+            int(step),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
+            metrics=metrics or None,
+        )
+
+    def restore(
+        self, step: int | str | None = None, target: Any = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Restore ``(state, extra)`` of ``step``: an int, ``"latest"``/None, or ``"best"``.
+
+        ``target`` is a pytree of the saved structure (e.g. a freshly created ``TrainState``, or
+        ``jax.eval_shape`` of one); its leaves' shapes, dtypes and shardings are used.
+        """
+        self.wait_until_finished()
+        resolved = self._resolve(step)
+        restored = self._manager.restore(
+            resolved,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target), extra=ocp.args.JsonRestore()),
+        )
+        return restored.state, dict(restored.extra)
+
+    def _resolve(self, step: int | str | None) -> int:
+        if step is None or step == "latest":
+            resolved = self.latest_step()
+        elif step == "best":
+            if self.best_metric is None:
+                raise ValueError("restore('best') needs a manager created with best_metric")
+            resolved = self.best_step()
+        elif isinstance(step, int | np.integer):
+            resolved = int(step)
+            if resolved not in self.all_steps():
+                raise FileNotFoundError(
+                    f"no checkpoint for step {resolved} in {self.directory}; "
+                    f"available: {self.all_steps()}")
+        else:
+            raise ValueError(f"step must be an int, None, 'latest' or 'best', got {step!r}")
+        if resolved is None:
+            raise FileNotFoundError(f"no checkpoints in {self.directory}")
+        return resolved
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def best_step(self) -> int | None:
+        """The best step by ``best_metric`` (None without one or before any save)."""
+        if self.best_metric is None:
+            return None
+        return self._manager.best_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def wait_until_finished(self) -> None:
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.close()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def average_checkpoints(
+    manager: CheckpointManager,
+    target: Any,
+    *,
+    steps: Sequence[int] | None = None,
+    last_n: int | None = None,
+    select: Any = lambda state: state.params,
+) -> Any:
+    """Average ``select(state)`` over checkpoints; float leaves averaged in float32, cast back.
+
+    Give either ``steps`` or ``last_n`` (the most recent saved steps). ``target`` is the saved
+    state's structure as for ``restore``; ``select`` picks the part to average (the params of a
+    ``TrainState`` by default). Non-float leaves are taken from the last step.
+    """
+    if (steps is None) == (last_n is None):
+        raise ValueError("give exactly one of steps or last_n")
+    manager.wait_until_finished()
+    available = manager.all_steps()
+    if last_n is not None:
+        if not 1 <= last_n <= len(available):
+            raise ValueError(f"last_n={last_n} but {len(available)} checkpoints: {available}")
+        steps = available[-last_n:]
+    steps = [int(step) for step in steps]
+    if not steps:
+        raise ValueError("steps is empty")
+
+    total = None
+    for step in steps:
+        part = select(manager.restore(step, target)[0])
+        as_f32 = jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating)
+            else x, part)
+        total = as_f32 if total is None else jax.tree_util.tree_map(
+            lambda acc, x: acc + x if jnp.issubdtype(x.dtype, jnp.floating) else x,
+            total, as_f32)
+    template = select(target)
+    return jax.tree_util.tree_map(
+        lambda acc, like: (acc / len(steps)).astype(like.dtype)
+        if jnp.issubdtype(like.dtype, jnp.floating) else acc,
+        total, template)
