@@ -47,6 +47,7 @@ class OfflineError(OSError):
         self.files = [Path(f).name for f in files]
         self.folder = Path(folder)
         self.urls = list(urls)
+        self.reason = reason
         lines = [f"Missing file(s) {', '.join(self.files)} and the download failed"
                  + (f": {reason}" if reason else ".")]
         if self.urls:

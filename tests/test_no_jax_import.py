@@ -1,0 +1,15 @@
+import subprocess
+import sys
+
+
+def test_data_batchify_vocab_do_not_import_jax_or_flax():
+    code = (
+        "import sys\n"
+        "import textkit.data, textkit.batchify, textkit.vocab\n"
+        "import textkit.data.tokenizers, textkit.data.registry, textkit.data.lm\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax'))\n"
+        "print(','.join(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
