@@ -105,7 +105,7 @@ def test_worker_error_reaches_the_consumer_with_its_traceback(num_workers):
     assert "explode_on_sample_13" in frames, "the worker's frames are part of the traceback"
     notes = getattr(info.value, "__notes__", [])
     assert any("sample indices" in note and "13" in note for note in notes)
-    assert wait_for_thread_count(baseline) == baseline
+    assert wait_for_thread_count(baseline) <= baseline
 
 
 @pytest.mark.parametrize("stop", ["break", "close"])
@@ -127,7 +127,7 @@ def test_early_stop_joins_the_workers(stop):
         for _ in iterator:
             break
         del iterator
-    assert wait_for_thread_count(baseline) == baseline
+    assert wait_for_thread_count(baseline) <= baseline
 
 
 @pytest.mark.parametrize("num_workers", [0, 3])
