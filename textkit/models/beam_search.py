@@ -1,0 +1,201 @@
+"""Batched beam search as one ``lax.while_loop`` (jit-compiled, fixed shapes).
+
+Semantics, for each batch row b with beam size K and length cap ``cap[b] = min(max_lengths[b],
+max_length)``:
+
+* A hypothesis is a sequence of generated tokens y_1..y_n. Its score is
+  ``sum(log p(y_t | y_<t)) / ((k + n) / (k + 1)) ** alpha`` (GNMT length penalty), where n counts
+  the final EOS.
+* It is *finished* when it ends with ``eos_id`` (allowed from length ``min_length`` on) or when it
+  reaches ``cap[b]`` tokens without EOS (truncated). Only finished hypotheses are returned.
+* Finished and alive hypotheses are kept apart: K alive hypotheses (best summed log-probability,
+  none ending in EOS) and the K best finished ones so far. Each step every alive hypothesis is
+  offered as finished with EOS appended (K candidates) and the K best non-EOS extensions become
+  the new alive set. This is what taking the top 2K candidates of all K x V extensions achieves
+  (at most K of those end in EOS, so K always stay alive), except that no EOS extension is
+  lost to the cut: the finished set is exact for each step.
+* Early stop: log-probabilities never rise, so an alive hypothesis can at best score
+  ``logp / max_n lp(n)`` over the lengths still reachable. A row stops when that bound is no
+  better than its ``n_best``-th finished score; the loop stops when every row has stopped or
+  ``max_length`` tokens were generated.
+* The cache is tiled to B*K rows on entry and reordered by parent beam each step. Leaves that
+  ``step_fn`` returns unchanged (e.g. the encoder memory) are identical across the beams of a
+  row and are not reordered.
+
+With a beam as wide as every hypothesis this is exhaustive search (tested). With ``K=1`` it is not
+always greedy decoding: the best EOS-ending prefix along the way is kept even when the argmax
+path goes on (with ``min_length = max_length`` EOS is suppressed and they coincide).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from textkit.models.decoding import (
+    DecodeOutput,
+    StepFn,
+    batch_size_of,
+    length_caps,
+    length_penalty,
+    repeat_cache,
+    start_token_array,
+)
+
+NEG_INF = float("-inf")
+
+
+class _BeamState(NamedTuple):
+    step: jax.Array              # int32[]: tokens generated so far
+    cache: Any                   # leaves [B*K, ...]
+    last_tokens: jax.Array       # int32[B, K]: input of the next step
+    alive_tokens: jax.Array      # int32[B, K, L]
+    alive_logp: jax.Array        # float32[B, K]: summed log-probs, -inf for an empty slot
+    finished_tokens: jax.Array   # int32[B, K, L]
+    finished_scores: jax.Array   # float32[B, K]: length-normalised, best first, -inf if empty
+    finished_lengths: jax.Array  # int32[B, K]
+
+
+def _take_beams(x: jax.Array, index: jax.Array) -> jax.Array:
+    """x [B, M, ...] indexed along axis 1 by index int32[B, N] -> [B, N, ...]."""
+    return jax.vmap(lambda row, idx: row[idx])(x, index)
+
+
+def _reorder_cache(new_cache: Any, old_cache: Any, flat_parent: jax.Array) -> Any:
+    """Gather rows ``flat_parent`` int32[B*K] of every leaf ``step_fn`` changed."""
+    new_leaves, treedef = jax.tree_util.tree_flatten(new_cache)
+    old_leaves = jax.tree_util.tree_leaves(old_cache)
+    if len(new_leaves) != len(old_leaves):
+        raise ValueError("step_fn must return a cache with the same structure it was given")
+    moved = [new if new is old else jnp.take(new, flat_parent, axis=0)
+             for new, old in zip(new_leaves, old_leaves)]
+    return jax.tree_util.tree_unflatten(treedef, moved)
+
+
+def beam_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array, *,
+                beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
+                k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
+                pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
+    """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
+
+    Args:
+      step_fn: ``(params, cache, tokens int32[N]) -> (log_probs float32[N, V], cache)``, static
+        (hashable; ``model_step_fn(model)`` is).
+      params: model parameters, passed through to ``step_fn``.
+      cache: decoding state for B rows; every leaf has leading axis B.
+      start_tokens: int (bos) or int32[B] (last prefix token, for language models).
+      beam_size: K alive and K finished hypotheses per row.
+      max_length: L, static size of the token axis and the global cap on generated tokens.
+      eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
+      alpha, k: GNMT length penalty ``((k + n) / (k + 1)) ** alpha``.
+      n_best: hypotheses returned per row (<= beam_size).
+      max_lengths: optional int32[B] per-row cap (clipped to [1, ``max_length``]).
+      min_length: EOS is not allowed before this many tokens (``= max_length`` suppresses it).
+
+    Only ``step_fn``, the shapes and the integer options (beam_size, max_length, eos_id, n_best,
+    pad_id) select a compiled program; new values of the arrays, ``alpha``, ``k``,
+    ``min_length`` or ``max_lengths`` reuse it.
+
+    Returns:
+      DecodeOutput(tokens int32[B, n_best, L], scores float32[B, n_best], lengths int32[B, n_best]).
+    """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"need 1 <= n_best <= beam_size; got n_best={n_best}, "
+                         f"beam_size={beam_size}")
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1; got {max_length}")
+    batch = batch_size_of(cache)
+    return _beam_search(
+        step_fn, params, cache, start_token_array(start_tokens, batch),
+        length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
+        jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
+        n_best=n_best, pad_id=pad_id)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id"))
+def _beam_search(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+                 alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
+                 max_length: int, eos_id: int, n_best: int, pad_id: int) -> DecodeOutput:
+    """``beam_search`` with normalised arguments: start int32[B], caps int32[B]."""
+    batch = caps.shape[0]
+    beams = beam_size
+    positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
+    # Largest length penalty any still-alive hypothesis of a row can end with.
+    lp_cap = length_penalty(caps, alpha, k)                                     # [B]
+
+    def expand(state: _BeamState) -> _BeamState:
+        step = state.step
+        new_length = step + 1                                                   # []
+        lp_now = length_penalty(new_length, alpha, k)                           # []
+        log_probs, new_cache = step_fn(
+            params, state.cache, state.last_tokens.reshape(batch * beams))      # [B*K, V]
+        vocab = log_probs.shape[-1]
+        log_probs = log_probs.astype(jnp.float32).reshape(batch, beams, vocab)  # [B, K, V]
+        # Finishing with EOS: one candidate per alive hypothesis.
+        eos_logp = state.alive_logp + log_probs[:, :, eos_id]                   # [B, K]
+        eos_logp = jnp.where(new_length >= min_length, eos_logp, NEG_INF)       # [B, K]
+        write = positions == step                                               # [L]
+        eos_tokens = jnp.where(write, eos_id, state.alive_tokens)               # [B, K, L]
+        # Going on: best K extensions by any token but EOS.
+        go_on = state.alive_logp[:, :, None] + log_probs.at[:, :, eos_id].set(NEG_INF)
+        top_logp, top_index = lax.top_k(go_on.reshape(batch, beams * vocab), beams)  # [B, K]
+        parent = top_index // vocab                                             # [B, K]
+        token = (top_index % vocab).astype(jnp.int32)                           # [B, K]
+        top_tokens = jnp.where(write, token[:, :, None],
+                               _take_beams(state.alive_tokens, parent))         # [B, K, L]
+        at_cap = (new_length >= caps)[:, None]                                  # [B, 1]
+        truncated = jnp.where(at_cap, top_logp, NEG_INF)                        # [B, K]
+        # Merge old finished, EOS-finished and truncated; keep the best K.
+        pool_scores = jnp.concatenate(
+            [state.finished_scores, eos_logp / lp_now, truncated / lp_now], 1)  # [B, 3K]
+        pool_tokens = jnp.concatenate(
+            [state.finished_tokens, eos_tokens, top_tokens], 1)                 # [B, 3K, L]
+        pool_lengths = jnp.concatenate(
+            [state.finished_lengths,
+             jnp.full((batch, 2 * beams), new_length, jnp.int32)], 1)           # [B, 3K]
+        finished_scores, keep = lax.top_k(pool_scores, beams)                   # [B, K]
+        finished_tokens = _take_beams(pool_tokens, keep)                        # [B, K, L]
+        finished_lengths = _take_beams(pool_lengths, keep)                      # [B, K]
+        # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
+        lp_max = jnp.maximum(lp_cap, lp_now)                                    # [B]
+        best_possible = top_logp[:, 0] / lp_max                                 # [B]
+        done = at_cap[:, 0] | (best_possible <= finished_scores[:, n_best - 1])  # [B]
+        alive_logp = jnp.where(done[:, None], NEG_INF, top_logp)                # [B, K]
+        flat_parent = (jnp.arange(batch)[:, None] * beams + parent).reshape(-1)  # [B*K]
+        return _BeamState(
+            step=new_length,
+            cache=_reorder_cache(new_cache, state.cache, flat_parent),
+            last_tokens=token,
+            alive_tokens=top_tokens,
+            alive_logp=alive_logp,
+            finished_tokens=finished_tokens,
+            finished_scores=finished_scores,
+            finished_lengths=finished_lengths,
+        )
+
+    def running(state: _BeamState) -> jax.Array:
+        return (state.step < max_length) & jnp.any(state.alive_logp > NEG_INF)
+
+    first_beam_only = jnp.where(jnp.arange(beams) == 0, 0.0, NEG_INF)           # [K]
+    initial = _BeamState(
+        step=jnp.zeros((), jnp.int32),
+        cache=repeat_cache(cache, beams),                                       # [B*K, ...]
+        last_tokens=jnp.repeat(start[:, None], beams, axis=1),                  # [B, K]
+        alive_tokens=jnp.full((batch, beams, max_length), pad_id, jnp.int32),   # [B, K, L]
+        alive_logp=jnp.tile(first_beam_only, (batch, 1)).astype(jnp.float32),  # [B, K]
+        finished_tokens=jnp.full((batch, beams, max_length), pad_id, jnp.int32),
+        finished_scores=jnp.full((batch, beams), NEG_INF, jnp.float32),         # [B, K]
+        finished_lengths=jnp.zeros((batch, beams), jnp.int32),                  # [B, K]
+    )
+    final = lax.while_loop(running, expand, initial)
+    empty = final.finished_scores[:, :n_best] == NEG_INF                        # [B, n]
+    return DecodeOutput(
+        tokens=final.finished_tokens[:, :n_best],                               # [B, n, L]
+        scores=final.finished_scores[:, :n_best],                               # [B, n]
+        lengths=jnp.where(empty, 0, final.finished_lengths[:, :n_best]),        # [B, n]
+    )

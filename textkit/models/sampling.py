@@ -1,0 +1,169 @@
+"""Greedy decoding and ancestral sampling (temperature, top-k, top-p), one ``lax.while_loop``.
+
+Both extend one hypothesis per row, token by token, until it emits ``eos_id`` (allowed from
+``min_length`` tokens on) or reaches its length cap; the loop ends when every row has. The output
+has the beam-search layout (``DecodeOutput`` with n = 1, or n = ``num_samples``); ``scores`` are
+the summed log-probabilities of the chosen tokens under the model (no temperature, no filtering,
+no length penalty).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from textkit.models.decoding import (
+    DecodeOutput,
+    StepFn,
+    batch_size_of,
+    length_caps,
+    repeat_cache,
+    start_token_array,
+)
+
+NEG_INF = float("-inf")
+ChooseFn = Callable[[jax.Array, jax.Array], jax.Array]   # (log_probs [N, V], key) -> int32[N]
+
+
+class _RowState(NamedTuple):
+    step: jax.Array        # int32[]
+    cache: Any             # leaves [N, ...]
+    last_tokens: jax.Array  # int32[N]
+    tokens: jax.Array      # int32[N, L]
+    logp: jax.Array        # float32[N]
+    lengths: jax.Array     # int32[N]
+    running: jax.Array     # bool[N]
+
+
+def _decode_rows(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+                 choose: ChooseFn, key: jax.Array, *, max_length: int, eos_id: int,
+                 pad_id: int, min_length: jax.Array) -> _RowState:
+    """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap."""
+    rows = start.shape[0]
+    positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
+
+    def extend(state: _RowState) -> _RowState:
+        new_length = state.step + 1                                             # []
+        log_probs, cache = step_fn(params, state.cache, state.last_tokens)      # [N, V]
+        log_probs = log_probs.astype(jnp.float32)
+        log_probs = jnp.where(new_length >= min_length, log_probs,
+                              log_probs.at[:, eos_id].set(NEG_INF))             # [N, V]
+        token = choose(log_probs, jax.random.fold_in(key, state.step))          # [N]
+        token = jnp.where(state.running, token, pad_id).astype(jnp.int32)       # [N]
+        token_logp = jnp.take_along_axis(log_probs, token[:, None], 1)[:, 0]    # [N]
+        return _RowState(
+            step=new_length,
+            cache=cache,
+            last_tokens=token,
+            tokens=jnp.where(positions == state.step, token[:, None], state.tokens),  # [N, L]
+            logp=state.logp + jnp.where(state.running, token_logp, 0.0),        # [N]
+            lengths=jnp.where(state.running, new_length, state.lengths),        # [N]
+            running=state.running & (token != eos_id) & (new_length < caps),   # [N]
+        )
+
+    def going(state: _RowState) -> jax.Array:
+        return (state.step < max_length) & jnp.any(state.running)
+
+    initial = _RowState(
+        step=jnp.zeros((), jnp.int32),
+        cache=cache,
+        last_tokens=start,
+        tokens=jnp.full((rows, max_length), pad_id, jnp.int32),
+        logp=jnp.zeros((rows,), jnp.float32),
+        lengths=jnp.zeros((rows,), jnp.int32),
+        running=jnp.ones((rows,), bool),
+    )
+    return lax.while_loop(going, extend, initial)
+
+
+def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
+    del key
+    return jnp.argmax(log_probs, axis=-1)
+
+
+def greedy_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array, *,
+                  max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
+                  pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
+    """Argmax decoding of B rows (arguments as ``beam_search``).
+
+    Returns DecodeOutput(tokens int32[B, 1, L], scores float32[B, 1], lengths int32[B, 1]).
+    """
+    batch = batch_size_of(cache)
+    return _decode(step_fn, params, cache, start_token_array(start_tokens, batch),
+                   length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
+                   jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
+                   eos_id=eos_id, pad_id=pad_id)
+
+
+def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
+    """Draw one token per row from log-probs scaled by 1/temperature, restricted to the top_k
+    tokens (0: all) and to the smallest prefix of them whose probability reaches top_p."""
+
+    def choose(log_probs: jax.Array, key: jax.Array) -> jax.Array:
+        logits = log_probs / temperature                                        # [N, V]
+        if top_k == 0 and top_p >= 1.0:
+            return jax.random.categorical(key, logits, axis=-1)
+        # lax.top_k returns candidates sorted best first; only top_p without top_k sorts all V.
+        kept = top_k if top_k > 0 else logits.shape[-1]
+        values, ids = lax.top_k(logits, min(kept, logits.shape[-1]))            # [N, k]
+        if top_p < 1.0:
+            probs = jax.nn.softmax(values, axis=-1)                             # [N, k]
+            mass_before = jnp.cumsum(probs, axis=-1) - probs                    # [N, k]
+            values = jnp.where(mass_before < top_p, values, NEG_INF)           # first always kept
+        choice = jax.random.categorical(key, values, axis=-1)                   # [N]
+        return jnp.take_along_axis(ids, choice[:, None], 1)[:, 0]
+
+    return choose
+
+
+def sample(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array,
+           rng: jax.Array, *, max_length: int, eos_id: int, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, num_samples: int = 1,
+           max_lengths: jax.Array | None = None, pad_id: int = 0,
+           min_length: int = 0) -> DecodeOutput:
+    """Sample ``num_samples`` continuations per row (other arguments as ``beam_search``).
+
+    ``temperature`` > 0 divides the log-probs; ``top_k`` > 0 keeps the k most likely tokens;
+    ``top_p`` < 1 keeps the most likely tokens up to that cumulative probability (nucleus). The
+    same ``rng`` key (``jax.random.key``) gives the same samples. ``top_k=1`` is greedy decoding.
+
+    Returns DecodeOutput(tokens int32[B, n, L], scores float32[B, n], lengths int32[B, n]) with
+    n = num_samples, in drawing order (not sorted).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy_search for argmax); "
+                         f"got {temperature}")
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1; got top_k={top_k}, top_p={top_p}")
+    batch = batch_size_of(cache)
+    return _decode(step_fn, params, cache, start_token_array(start_tokens, batch),
+                   length_caps(max_lengths, max_length, batch), jnp.int32(min_length), rng,
+                   sampling=(float(temperature), int(top_k), float(top_p)),
+                   num_samples=num_samples, max_length=max_length, eos_id=eos_id,
+                   pad_id=pad_id)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id"))
+def _decode(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+            min_length: jax.Array, rng: jax.Array, *,
+            sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
+            eos_id: int, pad_id: int) -> DecodeOutput:
+    """Greedy (``sampling=None``) or sampled with (temperature, top_k, top_p) decoding of
+    ``num_samples`` copies of each row: start int32[B], caps int32[B]."""
+    batch = caps.shape[0]
+    choose = _argmax if sampling is None else _sampler(*sampling)
+    final = _decode_rows(
+        step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
+        jnp.repeat(caps, num_samples), choose, rng,
+        max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length)
+    return DecodeOutput(
+        final.tokens.reshape(batch, num_samples, max_length),                   # [B, n, L]
+        final.logp.reshape(batch, num_samples),                                 # [B, n]
+        final.lengths.reshape(batch, num_samples),                              # [B, n]
+    )
