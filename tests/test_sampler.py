@@ -146,6 +146,7 @@ def test_shards_are_disjoint_covering_and_in_lockstep(num_shards, shuffle, unit,
         assert len({b.shape for b in step}) == 1, "shards disagree on the bucket of a step"
         sizes = [len(b) for b in step]
         assert max(sizes) - min(sizes) <= 1, "a partial global batch is split unevenly"
+        assert min(sizes) > 0, "a shard got a batch of dummy rows only"
     per_shard = [np.concatenate([b.indices for b in batches]) for batches in shards]
     everything = np.concatenate(per_shard)
     assert len(np.unique(everything)) == len(everything), "shards overlap"
@@ -153,6 +154,26 @@ def test_shards_are_disjoint_covering_and_in_lockstep(num_shards, shuffle, unit,
         np.testing.assert_array_equal(np.sort(everything), np.arange(NUM_SAMPLES))
     else:
         assert all(len(b) == b.shape.rows for batches in shards for b in batches)
+
+
+@pytest.mark.parametrize("num_shards", [2, 4, 8])
+def test_no_shard_gets_only_dummy_rows(num_shards):
+    # bucket 8: 3 samples (fewer than shards for 4 and 8); bucket 16: 2 full global batches + 1
+    # sample; bucket 32: a single sample (the largest bucket is tiny too)
+    rows = 4
+    lengths = [5] * 3 + [12] * (2 * rows * num_shards + 1) + [30]
+    shards = [
+        list(FixedBucketSampler(lengths, rows, bucket_keys=[8, 16, 32], num_shards=num_shards,
+                                shard_id=k))
+        for k in range(num_shards)
+    ]
+    everything = np.concatenate([b.indices for batches in shards for b in batches])
+    np.testing.assert_array_equal(np.sort(everything), np.arange(len(lengths)))
+    for step in zip(*shards):
+        assert min(len(b) for b in step) > 0
+        assert len({b.shape for b in step}) == 1
+        for b in step:
+            assert max(lengths[i] for i in b.indices) <= b.shape.lengths[0]
 
 
 def test_shard_len_is_steps_per_shard():

@@ -15,7 +15,10 @@ Sharding (``num_shards=N``): all shards build the same global plan from the shar
 batch of bucket ``k`` holds up to ``N * batch_size_k`` samples; shard ``s`` takes every ``N``-th of
 them starting at ``s``. So shards are disjoint, cover the epoch, take the same number of steps, and
 at every step all of them emit the same bucket shape (an SPMD program never sees different shapes).
-``batch_size`` is therefore the per-shard batch size.
+``batch_size`` is therefore the per-shard batch size. So that no shard gets a batch of dummy rows
+only, buckets with fewer samples than shards are merged into a larger bucket, and a bucket whose
+last global batch has fewer samples than shards shares its last two batches' samples evenly
+(``last_batch="pad"``; with a per-shard batch size of 1 an all-dummy batch can remain).
 """
 
 from collections.abc import Iterator, Sequence
@@ -266,6 +269,8 @@ class FixedBucketSampler(_ResumableSampler):
 
         self.bucket_keys = self._padded_keys(bucket_keys, num_buckets, bucket_scheme, round_to)
         self._bucket_of = self._assign(self._lengths, self.bucket_keys)
+        if self._num_shards > 1 and last_batch == "pad":
+            self._merge_tiny_buckets()
         self.bucket_counts = np.bincount(self._bucket_of, minlength=len(self.bucket_keys))
         self.bucket_batch_sizes = self._batch_sizes(ratio)
         self.bucket_shapes = [
@@ -321,6 +326,24 @@ class FixedBucketSampler(_ResumableSampler):
             )
         return bucket
 
+    def _merge_tiny_buckets(self) -> None:
+        """Move buckets with fewer samples than shards into a larger bucket (they still fit).
+
+        Otherwise some shard would get a batch made only of dummy rows.
+        """
+        counts = np.bincount(self._bucket_of, minlength=len(self.bucket_keys))
+        for k in range(len(counts) - 1):
+            if 0 < counts[k] < self._num_shards:
+                self._bucket_of[self._bucket_of == k] = k + 1
+                counts[k + 1] += counts[k]
+                counts[k] = 0
+        last = len(counts) - 1
+        while 0 < counts[last] < self._num_shards and counts[:last].any():
+            k = int(np.flatnonzero(counts[:last])[-1])  # the next smaller non-empty bucket
+            self._bucket_of[self._bucket_of == k] = last
+            counts[last] += counts[k]
+            counts[k] = 0
+
     def _batch_sizes(self, ratio: float) -> np.ndarray:
         """Rows per (per-shard) batch of each bucket, int64 [num_buckets]."""
         longest = self.bucket_keys.max(axis=1)
@@ -357,6 +380,14 @@ class FixedBucketSampler(_ResumableSampler):
             starts + global_sizes[batch_bucket],
             bucket_start[batch_bucket] + self.bucket_counts[batch_bucket],
         )
+        if self._num_shards > 1:
+            # A bucket's last global batch with fewer samples than shards would leave some shard
+            # only dummy rows: split the last two batches' samples evenly instead.
+            remainder = self.bucket_counts - (num_batches - 1) * global_sizes
+            uneven = np.flatnonzero((num_batches >= 2) & (remainder < self._num_shards))
+            last = first_batch[uneven] + num_batches[uneven] - 1
+            split = starts[last - 1] + (global_sizes[uneven] + remainder[uneven] + 1) // 2
+            stops[last - 1], starts[last] = split, split
         step_to_batch = rng.permutation(len(starts)) if rng is not None else np.arange(len(starts))
         shapes = [self.bucket_shapes[b] for b in batch_bucket]
         return _BatchPlan(
