@@ -15,6 +15,7 @@ from textkit.training import (
     TrainState,
     average_checkpoints,
     create_train_state,
+    make_train_step,
 )
 
 _OPTIMIZER = dynamic_loss_scale(optax.adam(1e-3))
@@ -135,3 +136,22 @@ def test_checkpoint_files_are_plain_json_for_extra(tmp_path):
                 except ValueError:
                     continue
     assert {"epoch": 1, "metrics": {}} in found
+
+
+def test_async_save_is_not_corrupted_by_donated_train_steps(tmp_path):
+    optimizer = optax.sgd(1.0)
+
+    def loss_fn(params, batch, rng):
+        return (params["w"] * batch["x"]).sum(), (1.0, None)
+
+    step = make_train_step(loss_fn, optimizer)          # donates the state
+    state = create_train_state({"w": jnp.zeros((256, 256))}, optimizer, jax.random.key(0))
+    batch = {"x": np.ones((256, 256), np.float32)}
+    state, _ = step(state, batch)
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        for _ in range(3):
+            state, _ = step(state, batch)                # overwrites the donated buffers
+        restored, _ = manager.restore(1, target=state)
+    np.testing.assert_array_equal(restored.params["w"], np.full((256, 256), -1.0))
+    np.testing.assert_array_equal(state.params["w"], np.full((256, 256), -4.0))

@@ -98,7 +98,7 @@ def make_train_step(
 
         def scaled_mean_loss(params):
             loss_sum, (weight_sum, aux) = loss_fn(params, batch, rng)
-            weight_sum = jax.lax.stop_gradient(weight_sum).astype(jnp.float32)
+            weight_sum = jax.lax.stop_gradient(jnp.asarray(weight_sum, jnp.float32))
             loss = loss_sum.astype(jnp.float32) / jnp.maximum(weight_sum, 1.0)
             return loss * scale, (loss, weight_sum, aux)
 
