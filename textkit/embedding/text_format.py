@@ -1,0 +1,244 @@
+"""Text vector files: GloVe (no header) and word2vec / fastText ``.vec`` (an ``N D`` header).
+
+The file is read in blocks of whole lines (1 MiB by default, so every pass stays in cache). Per
+block, numpy finds the fields (runs of bytes > 0x20), the first field of every line and hence the
+token (everything before the line's last D fields, so tokens may contain spaces), and
+``float_parser.parse_fields`` converts all numbers of the block at once. Tokens are decoded as
+UTF-8 with one ``decode`` per block; only when that fails is the offending line searched for.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from textkit.embedding.errors import EmbeddingFormatError
+from textkit.embedding.float_parser import FIELD_PAD, parse_fields
+
+__all__ = ["has_text_header", "open_maybe_gzip", "read_text_vectors"]
+
+_BLOCK_BYTES = 1 << 20
+_PROGRESS_MIN_BYTES = 64 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_maybe_gzip(path: str | os.PathLike):
+    """``(stream, raw)``: a binary stream of the (decompressed) content and the raw file."""
+    raw = open(path, "rb")
+    if raw.read(2) == _GZIP_MAGIC:
+        raw.seek(0)
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+    raw.seek(0)
+    return raw, raw
+
+
+def _parse_header(line: bytes) -> tuple[int, int] | None:
+    """``(count, dim)`` if ``line`` is a word2vec header ``N D``, else None."""
+    fields = line.split()
+    if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+        return int(fields[0]), int(fields[1])
+    return None
+
+
+def has_text_header(first_line: bytes) -> bool:
+    """Whether a text vector file starting with ``first_line`` has an ``N D`` header."""
+    return _parse_header(first_line) is not None
+
+
+def _most_common_dim(head: bytes) -> int:
+    """D of a file without header: the most common field count - 1 over its first lines (one
+    odd first line, e.g. a token with a space, does not decide it)."""
+    lines = head.split(b"\n")[:-1] or [head]
+    counts = collections.Counter(len(line.split()) for line in lines[:200] if line.strip())
+    return counts.most_common(1)[0][0] - 1 if counts else 0
+
+
+def _decode_tokens(tokens: list[bytes], path, first_line: int, line_numbers: np.ndarray | None,
+                   errors: str) -> list[str]:
+    try:
+        return b"\n".join(tokens).decode("utf-8", errors).split("\n")
+    except UnicodeDecodeError:
+        for offset, token in enumerate(tokens):
+            try:
+                token.decode("utf-8")
+            except UnicodeDecodeError as err:
+                line = offset if line_numbers is None else int(line_numbers[offset])
+                raise EmbeddingFormatError(
+                    path, f"line {first_line + line}",
+                    f"token {token!r} is not valid UTF-8 ({err.reason} at byte {err.start}); "
+                    "pass encoding_errors='replace' to load it with U+FFFD") from None
+        raise
+
+
+def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
+                 errors: str) -> tuple[list[str], np.ndarray, int]:
+    """Tokens, float32 [L, dim] vectors and line count of the ``size`` bytes at ``buffer[16:]``.
+
+    The block holds whole lines, the last one ending in ``\\n``; ``buffer`` has ``FIELD_PAD``
+    spaces before and 8 after it.
+    """
+    end = FIELD_PAD + size
+    is_space = buffer[: end + 1] <= 0x20  # [B+1], the byte after the block is a space
+    edges = np.flatnonzero(is_space[1:] != is_space[:-1]) + 1
+    starts, ends = edges[0::2], edges[1::2]  # [F] field bounds
+    newlines = np.flatnonzero(buffer[FIELD_PAD:end] == 0x0A) + FIELD_PAD  # [L]
+    line_starts = np.concatenate(([FIELD_PAD], newlines[:-1] + 1))
+    first_field = np.searchsorted(starts, line_starts)  # [L]
+    n_fields = np.diff(first_field, append=starts.shape[0])  # [L]
+    lines = np.flatnonzero(n_fields)  # [L'] non-blank lines (blank lines are skipped)
+    if lines.shape[0] < n_fields.shape[0]:
+        first_field, n_fields = first_field[lines], n_fields[lines]
+    if (short := np.flatnonzero(n_fields < dim + 1)).size:
+        line = first_line + int(lines[short[0]])
+        found = int(n_fields[short[0]])
+        hint = ""
+        if line == 1 and found == 2:
+            hint = " (this looks like a word2vec 'N D' header: use format='word2vec_text')"
+        raise EmbeddingFormatError(
+            path, f"line {line}", f"expected a token and {dim} values, found {found} fields{hint}")
+    token_last = first_field + n_fields - (dim + 1)  # [L'] last field of each token
+    is_token = np.zeros(starts.shape[0], dtype=bool)
+    is_token[first_field] = True
+    for line in np.flatnonzero(token_last != first_field).tolist():  # tokens with spaces
+        is_token[first_field[line] : token_last[line] + 1] = True
+    number_starts, number_ends = starts[~is_token], ends[~is_token]  # [L' * dim], line order
+    values, invalid = parse_fields(buffer, number_starts, number_ends)
+    if invalid.size:
+        field = int(invalid[0])
+        text = buffer[number_starts[field] : number_ends[field]].tobytes()
+        raise EmbeddingFormatError(
+            path, f"line {first_line + int(lines[field // dim])}",
+            f"value {field % dim + 1} of {dim} is not a number: {text[:40]!r}")
+    block = buffer[:end].tobytes()
+    tokens = [block[s:e] for s, e in zip(starts[first_field].tolist(), ends[token_last].tolist())]
+    line_numbers = None if lines.shape[0] == newlines.shape[0] else lines
+    decoded = _decode_tokens(tokens, path, first_line, line_numbers, errors)
+    return decoded, values.reshape(-1, dim), newlines.shape[0]
+
+
+def _capacity(n_declared: int | None, file_size: int, is_gzip: bool, bytes_per_row: float) -> int:
+    """Rows to reserve: the header count unless the file size makes it implausible."""
+    estimate = int(file_size * (3.0 if is_gzip else 1.0) / bytes_per_row * 1.02) + 16
+    if n_declared is not None and n_declared <= 2 * estimate:
+        return n_declared
+    return estimate
+
+
+class _Rows:
+    """A growable float32 [capacity, dim] matrix; untouched capacity costs no resident memory."""
+
+    def __init__(self, capacity: int, dim: int):
+        self.matrix = np.empty((max(capacity, 1), dim), dtype=np.float32)
+        self.count = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        needed = self.count + rows.shape[0]
+        if needed > self.matrix.shape[0]:
+            grown = np.empty((max(needed, self.matrix.shape[0] * 3 // 2), rows.shape[1]),
+                             dtype=np.float32)
+            grown[: self.count] = self.matrix[: self.count]
+            self.matrix = grown
+        self.matrix[self.count : needed] = rows
+        self.count = needed
+
+    def result(self) -> np.ndarray:
+        if self.count < self.matrix.shape[0]:
+            try:  # realloc in place: no copy, the spare capacity is released
+                self.matrix.resize((self.count, self.matrix.shape[1]), refcheck=False)
+            except ValueError:
+                self.matrix = self.matrix[: self.count].copy()
+        return self.matrix
+
+
+def read_text_vectors(
+    path: str | os.PathLike,
+    *,
+    header: bool | None = None,
+    encoding_errors: str = "strict",
+    block_bytes: int = _BLOCK_BYTES,
+    progress: bool | None = None,
+) -> tuple[list[str], np.ndarray]:
+    """Read a GloVe or word2vec/fastText text vector file (optionally gzip-compressed).
+
+    Args:
+      path: the file; gzip content is detected by its magic bytes.
+      header: True for an ``N D`` first line (word2vec, fastText ``.vec``), False for none
+        (GloVe: D is then the most common value count among the first 200 lines), None to
+        detect it (a first line of exactly two integers).
+      encoding_errors: ``"strict"`` raises ``EmbeddingFormatError`` naming the line of a token
+        that is not UTF-8; ``"replace"`` (or any codec error handler) decodes it anyway.
+      block_bytes: bytes parsed per numpy pass.
+      progress: show a tqdm bar (default: for files over 64 MiB).
+
+    Returns:
+      ``(tokens, vectors)``: N tokens and a float32 [N, D] matrix, in file order (duplicates
+      kept). A header count that disagrees with the rows is a warning; a line with the wrong
+      number of values or an unparsable number is an ``EmbeddingFormatError``.
+    """
+    path = Path(path)
+    stream, raw = open_maybe_gzip(path)
+    file_size = os.fstat(raw.fileno()).st_size
+    with stream, raw:
+        first = stream.readline()
+        declared = _parse_header(first) if header is not False else None
+        if header and declared is None:
+            raise EmbeddingFormatError(path, "line 1",
+                                       f"expected an 'N D' header, got {first[:60]!r}")
+        if declared is not None:
+            n_declared, dim = declared
+            pending, line_no = b"", 2
+        else:
+            pending = first + stream.read(1 << 16)
+            n_declared, dim = None, _most_common_dim(pending)
+            if dim < 1:
+                raise EmbeddingFormatError(path, "line 1", "expected a token and its values")
+            line_no = 1
+        is_gzip = stream is not raw
+        rows: _Rows | None = None
+        tokens: list[str] = []
+        show = progress if progress is not None else file_size > _PROGRESS_MIN_BYTES
+        buffer = np.empty(FIELD_PAD + block_bytes + len(pending) + 1024, dtype=np.uint8)
+        with tqdm(total=file_size, unit="B", unit_scale=True, unit_divisor=1024,
+                  desc=f"read {path.name}", disable=not show) as bar:
+            while True:
+                chunk = stream.read(block_bytes)
+                data = pending + chunk
+                if not chunk:  # end of file
+                    if not data.strip():
+                        break
+                    block, pending = (data if data.endswith(b"\n") else data + b"\n"), b""
+                else:
+                    cut = data.rfind(b"\n") + 1
+                    if cut == 0:  # no whole line yet
+                        pending = data
+                        continue
+                    block, pending = data[:cut], data[cut:]
+                if buffer.shape[0] < FIELD_PAD + len(block) + 8:
+                    buffer = np.empty(FIELD_PAD + len(block) + 1024, dtype=np.uint8)
+                buffer[:FIELD_PAD] = 0x20
+                buffer[FIELD_PAD : FIELD_PAD + len(block)] = np.frombuffer(block, np.uint8)
+                buffer[FIELD_PAD + len(block) : FIELD_PAD + len(block) + 8] = 0x20
+                block_tokens, block_vectors, n_lines = _parse_block(
+                    buffer, len(block), dim, path, line_no, encoding_errors)
+                line_no += n_lines
+                if block_tokens:
+                    if rows is None:
+                        rows = _Rows(_capacity(n_declared, file_size, is_gzip,
+                                               len(block) / len(block_tokens)), dim)
+                    rows.append(block_vectors)
+                    tokens.extend(block_tokens)
+                bar.update(raw.tell() - bar.n)
+                if not chunk:
+                    break
+            bar.set_postfix_str(f"{len(tokens):,} x {dim} vectors")
+    vectors = rows.result() if rows is not None else np.empty((0, dim), dtype=np.float32)
+    if n_declared is not None and n_declared != len(tokens):
+        warnings.warn(f"{path}: the header declares {n_declared:,} vectors but {len(tokens):,} "
+                      "follow; using the rows found", stacklevel=2)
+    return tokens, vectors
