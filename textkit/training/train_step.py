@@ -30,8 +30,8 @@ LossFn = Callable[[Any, Mapping[str, Any], Any], tuple[jax.Array, tuple[jax.Arra
 class TrainState:
     """Everything a training step reads and writes; a pytree, checkpointed as a whole.
 
-    ``rng`` is raw uint32 key data (checkpoint friendly); each step derives its own key
-    with ``fold_in(rng, step)``, so the state stays constant across steps and resumes exactly.
+    ``rng`` is raw uint32 key data (checkpoint friendly) and never changes: each step derives
+    its key with ``fold_in(rng, step)``, so a resumed run draws exactly the same keys.
     """
 
     step: jax.Array          # int32 []
