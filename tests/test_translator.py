@@ -1,0 +1,94 @@
+"""Translator: bucketed fixed-shape batches, input order, detokenization, compile count."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from textkit.data.tokenizers import SentencePieceTokenizer
+from textkit.models.translator import Translator, encode_and_search
+
+SENTENCES = [
+    "the red friend runs .",
+    "if our happy doctor thought that the red friend will run , we fall .",
+    "a cat .",
+    "my teacher reads the old book every morning before the long walk to the river .",
+    "we sing .",
+    "the children of the small town played in the green garden all day .",
+    "she writes letters .",
+    "two doctors and three teachers will visit the new school next week .",
+    "why ?",
+    "the big dog slept under the warm table while the cold rain fell outside .",
+    "he laughs .",
+]
+
+
+class CopyModel(nn.Module):
+    """A parameter-free "translator" that copies its source, then emits EOS."""
+
+    vocab_size: int
+    pad_id: int
+    eos_id: int
+
+    def encode(self, src_tokens):
+        return src_tokens                                                   # [B, S]
+
+    def init_cache(self, memory, src_tokens, max_length):
+        del src_tokens, max_length
+        return {"source": memory, "position": jnp.zeros(memory.shape[:1], jnp.int32)}
+
+    def decode_step(self, cache, tokens):
+        del tokens
+        source, position = cache["source"], cache["position"]               # [B, S], [B]
+        padded = jnp.pad(source, ((0, 0), (0, 1)), constant_values=self.pad_id)
+        following = jnp.take_along_axis(padded, position[:, None], 1)[:, 0]  # [B]
+        following = jnp.where(following == self.pad_id, self.eos_id, following)
+        logits = 8.0 * jax.nn.one_hot(following, self.vocab_size)            # [B, V]
+        return jax.nn.log_softmax(logits), {**cache, "position": position + 1}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("spm") / "toy.model"
+    return SentencePieceTokenizer.train(SENTENCES * 4, path, vocab_size=80, model_type="bpe",
+                                        verbose=False, seed=0, num_threads=1)
+
+
+def test_copy_model_round_trips_in_input_order(tokenizer):
+    model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
+    translator = Translator(model, {}, tokenizer, tokenizer, beam_size=2, batch_size=4,
+                            bucket_round_to=8)
+    assert translator.translate(SENTENCES) == SENTENCES
+    # 11 sentences in 3 batches of 4 rows; source lengths rounded to multiples of 8.
+    assert len(translator.compiled_shapes) <= 3
+    assert all(rows == 4 and length % 8 == 0 for rows, length, _ in translator.compiled_shapes)
+    compiled = encode_and_search._cache_size()
+    again = [SENTENCES[i] for i in (10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)]
+    assert translator.translate(again) == again
+    assert encode_and_search._cache_size() == compiled, "same batch shapes must not recompile"
+    assert translator.translate([]) == []
+
+
+def test_max_length_caps_each_sentence(tokenizer):
+    model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
+    translator = Translator(model, {}, tokenizer, tokenizer, beam_size=1, batch_size=4,
+                            max_length=lambda n: n // 2 + 1)
+    sources = tokenizer.encode(SENTENCES[:4])
+    outputs = translator.translate_ids(sources)
+    for source, output in zip(sources, outputs):
+        cap = len(source) // 2 + 1
+        assert output == source[:cap]
+
+
+def test_mismatched_padding_is_reported(tokenizer):
+    model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
+
+    class Configured:
+        config = type("Config", (), {"pad_id": tokenizer.pad_id + 1})()
+
+    with pytest.raises(ValueError, match="pad"):
+        Translator(Configured(), {}, tokenizer, tokenizer)
+    with pytest.raises(ValueError, match="batch_size"):
+        Translator(model, {}, tokenizer, tokenizer, batch_size=0)

@@ -1,0 +1,153 @@
+"""``Translator``: strings in, strings out, through fixed-shape batches and one jit per shape.
+
+Sources are tokenized, sorted by length and cut into groups of ``batch_size``; each group is padded
+to ``batch_size`` rows (dummy rows are all padding) and to a source length rounded up to a multiple
+of ``bucket_round_to``. Encoding, cache set-up and beam search run as one compiled program per
+(source length, output length) shape, so a whole test set compiles a handful of programs. Results
+come back in input order, detokenized by the target tokenizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from textkit.models.beam_search import beam_search
+from textkit.models.decoding import DecodeOutput, model_step_fn
+
+MaxLength = int | Callable[[int], int]
+
+
+def default_max_length(src_length: int) -> int:
+    """Output cap for a source of ``src_length`` tokens: ``2 * src_length + 10``."""
+    return 2 * src_length + 10
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id"))
+def encode_and_search(model: Any, params: Any, src_tokens: jax.Array, caps: jax.Array,
+                      alpha: jax.Array, k: jax.Array, *, max_length: int, beam_size: int,
+                      n_best: int, bos_id: int, eos_id: int, pad_id: int) -> DecodeOutput:
+    """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row.
+
+    One compiled program per (model, shapes, static options). Returns DecodeOutput with
+    tokens int32[B, n_best, max_length].
+    """
+    variables = {"params": params}
+    memory = model.apply(variables, src_tokens, method="encode")
+    cache = model.apply(variables, memory, src_tokens, max_length, method="init_cache")
+    return beam_search(model_step_fn(model), params, cache, bos_id, beam_size=beam_size,
+                       max_length=max_length, eos_id=eos_id, alpha=alpha, k=k, n_best=n_best,
+                       max_lengths=caps, pad_id=pad_id)
+
+
+class Translator:
+    """Beam-search translation of lists of strings with a seq2seq model.
+
+    Args:
+      model: a flax module with ``encode`` / ``init_cache`` / ``decode_step`` (Transformer, GNMT).
+      params: its parameters.
+      src_tokenizer / tgt_tokenizer: ``encode(list[str]) -> list[list[int]]`` and
+        ``decode(list[list[int]]) -> list[str]`` (``SentencePieceTokenizer``); the target one
+        provides ``bos_id`` / ``eos_id`` / ``pad_id``, the source one ``pad_id``.
+      beam_size, alpha, k: beam search options (GNMT length penalty).
+      max_length: cap on output tokens (EOS included): an int, or a function of the source
+        length; the static output size of a batch is that function of its padded length.
+      batch_size: rows of every batch (a short last batch gets dummy rows).
+      bucket_round_to: source lengths are padded up to a multiple of this.
+      src_append_eos: append the source tokenizer's EOS to every source (for models trained
+        on sources ending in EOS; textkit's batch convention has none).
+    """
+
+    def __init__(self, model: Any, params: Any, src_tokenizer: Any, tgt_tokenizer: Any, *,
+                 beam_size: int = 4, alpha: float = 0.6, k: float = 5.0,
+                 max_length: MaxLength = default_max_length, batch_size: int = 32,
+                 bucket_round_to: int = 8, src_append_eos: bool = False):
+        if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
+            raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
+                             f"{batch_size}, {bucket_round_to}, {beam_size}")
+        self.model, self.params = model, params
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.beam_size, self.alpha, self.k = beam_size, alpha, k
+        self.max_length = max_length
+        self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
+        self.src_append_eos = src_append_eos
+        self.src_pad_id = _special(src_tokenizer, "pad_id", "source")
+        self.bos_id = _special(tgt_tokenizer, "bos_id", "target")
+        self.eos_id = _special(tgt_tokenizer, "eos_id", "target")
+        self.pad_id = _special(tgt_tokenizer, "pad_id", "target")
+        model_pad = getattr(getattr(model, "config", None), "pad_id", self.src_pad_id)
+        if model_pad != self.src_pad_id:
+            raise ValueError(f"the model pads with id {model_pad} but the source tokenizer's "
+                             f"pad_id is {self.src_pad_id}")
+        self.compiled_shapes: set[tuple[int, int, int]] = set()
+        """(rows, source length, output length) of every batch shape run so far."""
+
+    def translate(self, texts: Sequence[str], *, progress: bool = False) -> list[str]:
+        """Translate ``texts``; returns detokenized strings in input order."""
+        if not texts:
+            return []
+        sources = self.src_tokenizer.encode(list(texts))
+        return list(self.tgt_tokenizer.decode(self.translate_ids(sources, progress=progress)))
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], *,
+                      progress: bool = False) -> list[list[int]]:
+        """Best hypothesis (ids, final EOS removed) for every source id list, in input order."""
+        sources = [list(s) + ([self.src_eos_id] if self.src_append_eos else []) for s in sources]
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results: list[list[int]] = [[] for _ in sources]
+        groups = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        for group in tqdm(groups, desc="translating", unit="batch", disable=not progress):
+            for index, hypothesis in zip(group, self._translate_group([sources[i] for i in group])):
+                results[index] = hypothesis
+        if progress:
+            print(f"translated {len(sources)} sentences in {len(groups)} batches, "
+                  f"{len(self.compiled_shapes)} batch shapes")
+        return results
+
+    @property
+    def src_eos_id(self) -> int:
+        return _special(self.src_tokenizer, "eos_id", "source")
+
+    def _output_length(self, src_length: int) -> int:
+        if callable(self.max_length):
+            return max(1, int(self.max_length(src_length)))
+        return int(self.max_length)
+
+    def _translate_group(self, group: list[list[int]]) -> list[list[int]]:
+        """Decode up to ``batch_size`` sources as one fixed-shape batch."""
+        longest = max(1, max(len(s) for s in group))
+        src_length = math.ceil(longest / self.bucket_round_to) * self.bucket_round_to
+        max_length = self._output_length(src_length)
+        src_tokens = np.full((self.batch_size, src_length), self.src_pad_id, np.int32)
+        caps = np.ones((self.batch_size,), np.int32)   # dummy rows stop after one token
+        for row, source in enumerate(group):
+            src_tokens[row, :len(source)] = source
+            caps[row] = min(self._output_length(len(source)), max_length)
+        self.compiled_shapes.add((self.batch_size, src_length, max_length))
+        out = encode_and_search(
+            self.model, self.params, jnp.asarray(src_tokens), jnp.asarray(caps),
+            jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,
+            beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
+            pad_id=self.pad_id)
+        tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
+        hypotheses = []
+        for row in range(len(group)):
+            ids = tokens[row, :lengths[row]].tolist()
+            hypotheses.append(ids[:-1] if ids and ids[-1] == self.eos_id else ids)
+        return hypotheses
+
+
+def _special(tokenizer: Any, name: str, side: str) -> int:
+    value = getattr(tokenizer, name, None)
+    if value is None:
+        raise ValueError(f"the {side} tokenizer {tokenizer!r} has no {name}; the Translator "
+                         f"needs it")
+    return int(value)
