@@ -61,7 +61,7 @@ class TokenEmbedding:
     def __init__(self, idx_to_token: Sequence[str], idx_to_vec: np.ndarray, *,
                  unknown: Unknown | None = None, seed: int = 0,
                  subwords: FastTextSubwords | None = None):
-        idx_to_vec = np.asarray(idx_to_vec)
+        idx_to_vec = np.asanyarray(idx_to_vec)  # keeps a np.memmap a memmap
         if idx_to_vec.ndim != 2 or idx_to_vec.shape[0] != len(idx_to_token):
             raise ValueError(f"idx_to_vec has shape {idx_to_vec.shape}, expected "
                              f"({len(idx_to_token)}, D)")
@@ -208,7 +208,7 @@ class TokenEmbedding:
         if k <= 0:
             return []
         top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
+        top = top[np.lexsort((top, -scores[top]))]  # best first, ties by row
         return [(self._idx_to_token[i], float(scores[i])) for i in top.tolist()]
 
     # ------------------------------------------------------------------ vocab matrix

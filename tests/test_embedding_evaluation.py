@@ -1,0 +1,98 @@
+"""Similarity and analogy evaluation: readers, hand-checked cases, and equality with gensim."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from textkit.embedding import (
+    TokenEmbedding,
+    evaluate_analogy,
+    evaluate_similarity,
+    read_analogy_questions,
+    read_similarity_pairs,
+)
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "embeddings"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data absent: {DATA}")
+
+
+@needs_data
+def test_readers_on_shared_sets():
+    pairs, scores = read_similarity_pairs(DATA / "eval" / "wordsim353.tsv")
+    assert len(pairs) == 353 and pairs[0] == ("love", "sex") and scores[0] == 6.77
+    pairs, scores = read_similarity_pairs(DATA / "eval" / "simlex999.txt")
+    assert len(pairs) == 999 and scores.dtype == np.float64
+    questions = read_analogy_questions(DATA / "eval" / "questions-words.txt")
+    assert len(questions) == 19544
+    assert questions[0] == ("capital-common-countries", "Athens", "Greece", "Baghdad", "Iraq")
+    assert len({q[0] for q in questions}) == 14
+
+
+def test_reader_errors_name_the_line(tmp_path):
+    path = tmp_path / "q.txt"
+    path.write_text(": s\na b c d\na b c\n")
+    with pytest.raises(ValueError, match=r"q.txt: line 3: expected 4 words, got 3"):
+        read_analogy_questions(path)
+    path.write_text("# c\nx\ty\tfive\n")
+    with pytest.raises(ValueError, match=r"line 2: score 'five' is not a number"):
+        read_similarity_pairs(path)
+
+
+def test_spearman_and_analogy_by_hand():
+    # man:king :: woman:queen exactly in this space
+    tokens = ["man", "king", "woman", "queen", "apple"]
+    vectors = np.float32([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [1, -1, 1]])
+    emb = TokenEmbedding(tokens, vectors)
+    result = evaluate_similarity(emb, [("man", "king"), ("man", "woman"), ("king", "queen"),
+                                       ("man", "zebra")], [7.0, 1.0, 6.0, 5.0])
+    assert result.pairs_used == 3 and result.pairs_dropped == 1
+    assert result.spearman == pytest.approx(1.0)  # cosines 0.707, 0, 0.5 rank like 7, 1, 6
+    questions = [("royal", "man", "king", "woman", "queen"),
+                 ("royal", "woman", "queen", "man", "king"),
+                 ("other", "man", "woman", "king", "zebra")]
+    for method in ("3CosAdd", "3CosMul"):
+        analogy = evaluate_analogy(emb, questions, method=method)
+        assert (analogy.correct, analogy.answered, analogy.skipped) == (2, 2, 1)
+        assert analogy.sections == {"royal": (2, 2), "other": (0, 0)}
+    with pytest.raises(ValueError, match="method must be"):
+        evaluate_analogy(emb, questions, method="cos")
+
+
+@needs_data
+@pytest.mark.parametrize("vectors", ["lee_fasttext.vec", "pang_lee_polarity_fasttext.vec"])
+@pytest.mark.parametrize("pairs_file", ["wordsim353.tsv", "simlex999.txt"])
+def test_similarity_equals_gensim(vectors, pairs_file):
+    gensim_models = pytest.importorskip("gensim.models")
+    path = DATA / "vectors" / vectors
+    kv = gensim_models.KeyedVectors.load_word2vec_format(str(path), unicode_errors="replace")
+    emb = TokenEmbedding.from_file(path, encoding_errors="replace")
+    pairs, scores = read_similarity_pairs(DATA / "eval" / pairs_file)
+    pearson, spearman, oov_percent = kv.evaluate_word_pairs(str(DATA / "eval" / pairs_file))
+    ours = evaluate_similarity(emb, pairs, scores, restrict_vocab=300000, case_insensitive=True)
+    assert ours.spearman == pytest.approx(spearman.statistic, abs=1e-6)
+    assert ours.pearson == pytest.approx(pearson.statistic, abs=1e-5)
+    assert 100 * ours.oov_ratio == pytest.approx(oov_percent)
+    assert ours.pairs_used >= 10  # enough pairs for the comparison to mean something
+
+
+@needs_data
+@pytest.mark.parametrize("vectors,restrict", [("lee_fasttext.vec", 300000),
+                                              ("lee_fasttext.vec", 500),
+                                              ("pang_lee_polarity_fasttext.vec", 300000)])
+def test_analogy_equals_gensim(vectors, restrict):
+    gensim_models = pytest.importorskip("gensim.models")
+    path = DATA / "vectors" / vectors
+    kv = gensim_models.KeyedVectors.load_word2vec_format(str(path), unicode_errors="replace")
+    emb = TokenEmbedding.from_file(path, encoding_errors="replace")
+    questions_file = DATA / "eval" / "questions-words.txt"
+    score, sections = kv.evaluate_word_analogies(str(questions_file), restrict_vocab=restrict)
+    ours = evaluate_analogy(emb, read_analogy_questions(questions_file),
+                            restrict_vocab=restrict, case_insensitive=True)
+    total = sections[-1]
+    assert ours.correct == len(total["correct"])
+    assert ours.answered == len(total["correct"]) + len(total["incorrect"])
+    assert ours.answered > 0 and ours.accuracy == pytest.approx(score)
+    theirs = {s["section"]: (len(s["correct"]), len(s["correct"]) + len(s["incorrect"]))
+              for s in sections[:-1]}
+    assert ours.sections == theirs
