@@ -24,3 +24,4 @@ __all__ = [
     "perplexity",
     "smoothing_entropy",
 ]
+from textkit.training.language_model import lm_loss_fn, lm_optimizer, make_lm_eval_step, make_lm_train_step, stream_nll, stream_windows  # noqa: E402,F401,I001,E501
