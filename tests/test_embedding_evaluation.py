@@ -1,5 +1,8 @@
 """Similarity and analogy evaluation: readers, hand-checked cases, and equality with gensim."""
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +99,17 @@ def test_analogy_equals_gensim(vectors, restrict):
     theirs = {s["section"]: (len(s["correct"]), len(s["correct"]) + len(s["incorrect"]))
               for s in sections[:-1]}
     assert ours.sections == theirs
+
+
+@needs_data
+def test_example_script_prints_a_table():
+    script = Path(__file__).resolve().parents[1] / "examples" / "word_embeddings" / "evaluate.py"
+    out = subprocess.run(
+        [sys.executable, str(script),
+         "--embedding-path", str(DATA / "vectors" / "lee_fasttext.bin"),
+         "--similarity", str(DATA / "eval" / "wordsim353.tsv"),
+         "--analogy", str(DATA / "eval" / "questions-words.txt")],
+        check=True, capture_output=True, text=True).stdout
+    assert "loaded lee_fasttext.bin: 1,762 x 10" in out
+    assert re.search(r"wordsim353.tsv\s+spearman\s+-?\d\.\d{4}\s+45\s+308", out)
+    assert re.search(r"questions-words.txt\s+acc 3CosAdd\s+0\.0306\s+98\s+19446", out)

@@ -22,13 +22,15 @@ _U = np.uint64
 _ONES = _U(0x0101010101010101)
 _HIGH = _U(0x8080808080808080)
 _LOW7 = _U(0x7F7F7F7F7F7F7F7F)
-_ALL = _U(0xFFFFFFFFFFFFFFFF)
 _ZEROS = _U(0x3030303030303030)  # b"00000000"
 _DOTS = _U(0x1E1E1E1E1E1E1E1E)  # ord(".") ^ ord("0") in every byte
 _SIXES = _U(0x7676767676767676)  # + byte >= 10 sets the byte's high bit
 _POS_LO = _U(0x0706050403020100)  # top byte of (bit * this) = 7 - byte index
+_POS_LO1 = _U(0x0807060504030201)  # ... = 8 - byte index
 _POS_HI = _U(0x0F0E0D0C0B0A0908)  # ... = 15 - byte index
 _POW10 = 10.0 ** np.arange(17)
+_KEEP = np.array([0] + [(1 << 64) - (1 << (8 * (8 - n))) for n in range(1, 9)],
+                 dtype=np.uint64)  # _KEEP[n]: the last n bytes of a little-endian word
 
 
 def _word_view(buffer: np.ndarray) -> np.ndarray:
@@ -49,21 +51,26 @@ def _digits_to_int(t: np.ndarray) -> np.ndarray:
 
 
 def _mantissa_one_word(lo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(mantissa, frac_digits, n_dots, not_digit) of fields whose digits and dot fit in ``lo``."""
+    """(mantissa, scale, n_dots, not_digit) of fields whose digits and dot fit in ``lo``.
+
+    The value is ``mantissa / 10**scale``. The dot is dropped by moving the fraction bytes one
+    place down, which leaves a trailing 0 digit, so ``scale`` is the fraction length + 1.
+    """
     dot = _zero_bytes(lo ^ _DOTS) >> _U(7)  # bit 8j set where byte j is "."
-    not_digit = (((lo & _LOW7) + _SIXES) | lo) & _HIGH & ~(dot << _U(7))
     n_dots = (dot * _ONES) >> _U(56)
-    frac_digits = (dot * _POS_LO) >> _U(56)
-    below = dot - _U(1)  # bytes before the dot (garbage without a dot: not used then)
-    moved = (lo & ~below & ~(dot * _U(0xFF))) | ((lo & below) << _U(8))
-    lo = np.where(dot != 0, moved, lo)
-    return _digits_to_int(lo), frac_digits, n_dots, not_digit
+    scale = (dot * _POS_LO1) >> _U(56)  # 8 - j: fraction digits + 1 (0 without a dot)
+    below = dot - _U(1)  # bytes before the dot (all bytes without one)
+    above = ~((dot << _U(8)) - _U(1))  # bytes after the dot (none without one)
+    digits = (lo & below) | ((lo & above) >> _U(8))
+    not_digit = (((digits & _LOW7) + _SIXES) | digits) & _HIGH
+    return _digits_to_int(digits), scale, n_dots, not_digit
 
 
 def _mantissa_two_words(
     lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Like ``_mantissa_one_word`` for fields of up to 16 bytes split over ``hi`` then ``lo``."""
+    """Like ``_mantissa_one_word`` for fields of up to 16 bytes split over ``hi`` then ``lo``
+    (the dot is removed by moving the integer bytes up, so ``scale`` is the fraction length)."""
     dot_lo = _zero_bytes(lo ^ _DOTS) >> _U(7)
     dot_hi = _zero_bytes(hi ^ _DOTS) >> _U(7)
     not_digit = (((lo & _LOW7) + _SIXES) | lo | ((hi & _LOW7) + _SIXES) | hi) & _HIGH
@@ -101,28 +108,19 @@ def parse_fields(
     first_char = buffer[starts]
     negative = first_char == ord("-")
     body_len = ends - starts - (negative | (first_char == ord("+")))  # digits and dot, int64 [V]
-    n_lo = np.minimum(body_len, 8).astype(np.uint64)
-    keep_lo = _ALL << ((_U(8) - n_lo) << _U(3))  # the field's bytes (a shift by 64 gives 0)
-    lo = words[ends - 8]  # uint64 [V]: bytes end-8 .. end
-    lo = (lo & keep_lo) ^ (_ZEROS & keep_lo)  # digit values 0..9; bytes outside read as 0
+    # Digit values 0..9 per byte (bytes outside the field read as 0); "." becomes 0x1E.
+    lo = (words[ends - 8] ^ _ZEROS) & np.take(_KEEP, body_len, mode="clip")  # uint64 [V]
     if body_len.max() <= 8:
-        mantissa, frac_digits, n_dots, not_digit = _mantissa_one_word(lo)
+        mantissa, scale, n_dots, not_digit = _mantissa_one_word(lo)
+        slow = (not_digit != 0) | (n_dots > 1) | (body_len <= n_dots.astype(np.int64))
     else:
-        n_hi = np.clip(body_len - 8, 0, 8).astype(np.uint64)
-        keep_hi = _ALL << ((_U(8) - n_hi) << _U(3))
-        hi = words[ends - 16]  # uint64 [V]: bytes end-16 .. end-8
-        hi = (hi & keep_hi) ^ (_ZEROS & keep_hi)
-        mantissa, frac_digits, n_dots, not_digit = _mantissa_two_words(lo, hi)
-    magnitude = mantissa.astype(np.float64) / _POW10[np.minimum(frac_digits, 16)]
+        hi = (words[ends - 16] ^ _ZEROS) & np.take(_KEEP, body_len - 8, mode="clip")
+        mantissa, scale, n_dots, not_digit = _mantissa_two_words(lo, hi)
+        n_digits = body_len - n_dots.astype(np.int64)
+        slow = ((not_digit != 0) | (n_dots > 1) | (body_len > 16)
+                | (n_digits > MAX_FAST_DIGITS) | (n_digits < 1))
+    magnitude = mantissa.astype(np.float64) / np.take(_POW10, scale, mode="clip")
     values = np.where(negative, -magnitude, magnitude).astype(np.float32)
-    n_digits = body_len - n_dots.astype(np.int64)
-    slow = (
-        (not_digit != 0)
-        | (n_dots > 1)
-        | (body_len > 16)
-        | (n_digits > MAX_FAST_DIGITS)
-        | (n_digits < 1)
-    )
     invalid = []
     for i in np.flatnonzero(slow).tolist():
         try:

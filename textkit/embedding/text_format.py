@@ -10,6 +10,7 @@ UTF-8 with one ``decode`` per block; only when that fails is the offending line 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import gzip
 import os
 import warnings
@@ -77,8 +78,8 @@ def _decode_tokens(tokens: list[bytes], path, first_line: int, line_numbers: np.
 
 
 def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
-                 errors: str) -> tuple[list[str], np.ndarray, int]:
-    """Tokens, float32 [L, dim] vectors and line count of the ``size`` bytes at ``buffer[16:]``.
+                 errors: str) -> tuple[list[str], np.ndarray]:
+    """Tokens and float32 [L, dim] vectors of the ``size`` bytes at ``buffer[FIELD_PAD:]``.
 
     The block holds whole lines, the last one ending in ``\\n``; ``buffer`` has ``FIELD_PAD``
     spaces before and 8 after it.
@@ -118,8 +119,7 @@ def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
     block = buffer[:end].tobytes()
     tokens = [block[s:e] for s, e in zip(starts[first_field].tolist(), ends[token_last].tolist())]
     line_numbers = None if lines.shape[0] == newlines.shape[0] else lines
-    decoded = _decode_tokens(tokens, path, first_line, line_numbers, errors)
-    return decoded, values.reshape(-1, dim), newlines.shape[0]
+    return _decode_tokens(tokens, path, first_line, line_numbers, errors), values.reshape(-1, dim)
 
 
 def _capacity(n_declared: int | None, file_size: int, is_gzip: bool, bytes_per_row: float) -> int:
@@ -128,6 +128,35 @@ def _capacity(n_declared: int | None, file_size: int, is_gzip: bool, bytes_per_r
     if n_declared is not None and n_declared <= 2 * estimate:
         return n_declared
     return estimate
+
+
+def _blocks(stream, pending: bytes, line_no: int, block_bytes: int):
+    """Yield ``(block, first line number)``: runs of whole lines, each ending in ``\\n``."""
+    while True:
+        chunk = stream.read(block_bytes)
+        data = pending + chunk
+        if not chunk:  # end of file
+            if data.strip():
+                yield (data if data.endswith(b"\n") else data + b"\n"), line_no
+            return
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # no whole line yet
+            pending = data
+            continue
+        block, pending = data[:cut], data[cut:]
+        yield block, line_no
+        line_no += block.count(b"\n")
+
+
+def _parse_bytes(block: bytes, dim: int, path, first_line: int,
+                 errors: str) -> tuple[list[str], np.ndarray, int]:
+    """``_parse_block`` on a padded copy of ``block``; returns (tokens, vectors, len(block))."""
+    buffer = np.empty(FIELD_PAD + len(block) + 8, dtype=np.uint8)
+    buffer[:FIELD_PAD] = 0x20
+    buffer[FIELD_PAD : FIELD_PAD + len(block)] = np.frombuffer(block, np.uint8)
+    buffer[FIELD_PAD + len(block) :] = 0x20
+    block_tokens, vectors = _parse_block(buffer, len(block), dim, path, first_line, errors)
+    return block_tokens, vectors, len(block)
 
 
 class _Rows:
@@ -163,6 +192,7 @@ def read_text_vectors(
     encoding_errors: str = "strict",
     block_bytes: int = _BLOCK_BYTES,
     progress: bool | None = None,
+    threads: int | None = None,
 ) -> tuple[list[str], np.ndarray]:
     """Read a GloVe or word2vec/fastText text vector file (optionally gzip-compressed).
 
@@ -175,6 +205,8 @@ def read_text_vectors(
         that is not UTF-8; ``"replace"`` (or any codec error handler) decodes it anyway.
       block_bytes: bytes parsed per numpy pass.
       progress: show a tqdm bar (default: for files over 64 MiB).
+      threads: blocks parsed at once (numpy releases the GIL in its loops); default: the
+        number of CPUs, at most 4.
 
     Returns:
       ``(tokens, vectors)``: N tokens and a float32 [N, D] matrix, in file order (duplicates
@@ -182,6 +214,7 @@ def read_text_vectors(
       number of values or an unparsable number is an ``EmbeddingFormatError``.
     """
     path = Path(path)
+    threads = threads or min(4, os.cpu_count() or 1)
     stream, raw = open_maybe_gzip(path)
     file_size = os.fstat(raw.fileno()).st_size
     with stream, raw:
@@ -203,39 +236,29 @@ def read_text_vectors(
         rows: _Rows | None = None
         tokens: list[str] = []
         show = progress if progress is not None else file_size > _PROGRESS_MIN_BYTES
-        buffer = np.empty(FIELD_PAD + block_bytes + len(pending) + 1024, dtype=np.uint8)
         with tqdm(total=file_size, unit="B", unit_scale=True, unit_divisor=1024,
-                  desc=f"read {path.name}", disable=not show) as bar:
-            while True:
-                chunk = stream.read(block_bytes)
-                data = pending + chunk
-                if not chunk:  # end of file
-                    if not data.strip():
-                        break
-                    block, pending = (data if data.endswith(b"\n") else data + b"\n"), b""
-                else:
-                    cut = data.rfind(b"\n") + 1
-                    if cut == 0:  # no whole line yet
-                        pending = data
-                        continue
-                    block, pending = data[:cut], data[cut:]
-                if buffer.shape[0] < FIELD_PAD + len(block) + 8:
-                    buffer = np.empty(FIELD_PAD + len(block) + 1024, dtype=np.uint8)
-                buffer[:FIELD_PAD] = 0x20
-                buffer[FIELD_PAD : FIELD_PAD + len(block)] = np.frombuffer(block, np.uint8)
-                buffer[FIELD_PAD + len(block) : FIELD_PAD + len(block) + 8] = 0x20
-                block_tokens, block_vectors, n_lines = _parse_block(
-                    buffer, len(block), dim, path, line_no, encoding_errors)
-                line_no += n_lines
+                  desc=f"read {path.name}", disable=not show) as bar, \
+                concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+            in_flight: collections.deque = collections.deque()
+
+            def collect() -> None:
+                nonlocal rows
+                block_tokens, block_vectors, block_size = in_flight.popleft().result()
                 if block_tokens:
                     if rows is None:
                         rows = _Rows(_capacity(n_declared, file_size, is_gzip,
-                                               len(block) / len(block_tokens)), dim)
+                                               block_size / len(block_tokens)), dim)
                     rows.append(block_vectors)
                     tokens.extend(block_tokens)
                 bar.update(raw.tell() - bar.n)
-                if not chunk:
-                    break
+
+            for block, first_line in _blocks(stream, pending, line_no, block_bytes):
+                in_flight.append(pool.submit(_parse_bytes, block, dim, path, first_line,
+                                             encoding_errors))
+                if len(in_flight) > 2 * threads:
+                    collect()
+            while in_flight:
+                collect()
             bar.set_postfix_str(f"{len(tokens):,} x {dim} vectors")
     vectors = rows.result() if rows is not None else np.empty((0, dim), dtype=np.float32)
     if n_declared is not None and n_declared != len(tokens):
