@@ -255,7 +255,7 @@ def read_text_vectors(
             for block, first_line in _blocks(stream, pending, line_no, block_bytes):
                 in_flight.append(pool.submit(_parse_bytes, block, dim, path, first_line,
                                              encoding_errors))
-                if len(in_flight) > 2 * threads:
+                if len(in_flight) > threads:  # bounds memory: blocks and their temporaries
                     collect()
             while in_flight:
                 collect()
