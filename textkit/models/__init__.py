@@ -6,3 +6,5 @@ Each model module registers its presets on import; add one import line per modul
 from textkit.models.registry import get_model, list_models, register_model
 
 __all__ = ["get_model", "list_models", "register_model"]
+from textkit.models.transformer import Transformer, TransformerConfig  # noqa: E402
+__all__ += ["Transformer", "TransformerConfig"]

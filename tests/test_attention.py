@@ -1,0 +1,131 @@
+"""Attention, masks, cache and mixed-precision einsum."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from textkit.models.attention import (MultiHeadAttention, causal_mask, dot_product_attention,
+                                      padding_mask, position_mask)
+from textkit.models.layers import Dense, mixed_einsum, sinusoidal_positions
+from textkit.precision import Policy
+
+
+def dot_generals(fn, *args):
+    """All dot_general equations in the (nested) jaxpr of ``fn(*args)``."""
+    found = []
+
+    def visit(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.append(eqn)
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        visit(sub.jaxpr)
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        visit(sub)
+
+    visit(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+def reference_attention(q, k, v, mask):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(np.broadcast_to(mask, scores.shape), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def test_masks():
+    tokens = jnp.array([[5, 6, 1, 1]])
+    np.testing.assert_array_equal(padding_mask(tokens, 1)[0, 0, 0], [True, True, False, False])
+    np.testing.assert_array_equal(causal_mask(3)[0, 0], np.tril(np.ones((3, 3), bool)))
+    np.testing.assert_array_equal(position_mask(jnp.array([0, 2]), 4)[:, 0, 0],
+                                  [[1, 0, 0, 0], [1, 1, 1, 0]])
+
+
+def test_attention_matches_reference_with_padding_and_causal_mask():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 5, 3, 4)).astype(np.float32) for _ in range(3))
+    tokens = jnp.array([[7, 7, 7, 1, 1], [7, 7, 7, 7, 7]])
+    mask = padding_mask(tokens, 1) & causal_mask(5)
+    out = dot_product_attention(q, k, v, mask)
+    assert out.dtype == jnp.float32 and out.shape == (2, 5, 3, 4)
+    np.testing.assert_allclose(out, reference_attention(q, k, v, np.asarray(mask)), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_fully_masked_row_is_finite(dtype):
+    q = k = v = jnp.ones((1, 2, 1, 4), dtype)
+    out = dot_product_attention(q, k, v, jnp.zeros((1, 1, 2, 2), bool), compute_dtype=dtype)
+    assert bool(jnp.all(jnp.isfinite(out)))
+
+
+def test_sinusoidal_positions():
+    table = sinusoidal_positions(10, 8)
+    assert table.shape == (10, 8) and table.dtype == np.float32
+    np.testing.assert_allclose(table[0], [0, 0, 0, 0, 1, 1, 1, 1])
+    with pytest.raises(ValueError, match="even"):
+        sinusoidal_positions(4, 3)
+
+
+@pytest.mark.parametrize("compute", [jnp.bfloat16, jnp.float16])
+def test_mixed_einsum_backward_runs_in_compute_dtype(compute):
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 8))
+    w = jax.random.normal(jax.random.PRNGKey(1), (8, 4))
+
+    def loss(x, w):
+        return jnp.sum(jnp.tanh(mixed_einsum("nd,df->nf", x, w, compute)))
+
+    grads = jax.grad(loss, argnums=(0, 1))(x, w)
+    assert [g.dtype for g in grads] == [jnp.float32, jnp.float32]
+    exact = jax.grad(lambda x, w: jnp.sum(jnp.tanh(x @ w)), argnums=(0, 1))(x, w)
+    for got, want in zip(grads, exact):
+        np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05)
+    dots = dot_generals(jax.grad(loss, argnums=(0, 1)), x, w)
+    assert len(dots) == 3  # forward + two backward products
+    for eqn in dots:
+        assert [a.aval.dtype for a in eqn.invars] == [compute, compute]
+        assert eqn.outvars[0].aval.dtype == jnp.float32
+
+
+def test_dense_param_dtype_and_fused_init():
+    dense = Dense((3, 2, 4), policy=Policy.parse("bfloat16"), batch_axes=(0,))
+    params = dense.init(jax.random.PRNGKey(0), jnp.ones((1, 16)))["params"]
+    assert params["kernel"].shape == (16, 3, 2, 4) and params["kernel"].dtype == jnp.bfloat16
+    # Glorot per projection: fan_in 16, fan_out 8 -> limit sqrt(6 / 24) = 0.5.
+    assert float(jnp.max(jnp.abs(params["kernel"].astype(jnp.float32)))) <= 0.5
+
+
+def test_self_attention_cache_matches_full_causal():
+    attention = MultiHeadAttention(num_heads=2, d_model=8)
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 8))
+    variables = attention.init(jax.random.PRNGKey(1), x, causal_mask(5))
+    full = attention.apply(variables, x, causal_mask(5))
+    cache = attention.apply(variables, 3, 6, method="init_cache")
+    assert all(leaf.shape[0] == 3 for leaf in jax.tree_util.tree_leaves(cache))
+    step = jax.jit(lambda v, x, cache, pos: attention.apply(v, x, cache=cache, positions=pos))
+    steps = []
+    for t in range(5):
+        out, cache = step(variables, x[:, t:t + 1], cache, jnp.full((3,), t, jnp.int32))
+        steps.append(out[:, 0])
+    np.testing.assert_allclose(jnp.stack(steps, 1), full, atol=1e-5)
+
+
+def test_bad_head_count_is_reported():
+    attention = MultiHeadAttention(num_heads=3, d_model=8)
+    with pytest.raises(ValueError, match="not divisible"):
+        attention.init(jax.random.PRNGKey(0), jnp.ones((1, 2, 8)))
+
+
+def test_attention_dropout_needs_rng_and_changes_output():
+    attention = MultiHeadAttention(num_heads=2, d_model=8, dropout_rate=0.5)
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 8))
+    variables = jax.jit(attention.init)(jax.random.PRNGKey(1), x)
+    apply = jax.jit(attention.apply, static_argnames="deterministic")
+    a = apply(variables, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
+    b = apply(variables, x)
+    assert not np.allclose(a, b)

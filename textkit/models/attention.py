@@ -1,0 +1,140 @@
+"""Multi-head dot-product attention with padding/causal masks and a key/value cache.
+
+Masks are boolean and broadcastable to [B, heads, queries, keys] (True = may attend). Scores are
+computed from compute-dtype queries/keys with float32 accumulation, masked with a finite fill
+(``textkit.precision.mask_value(float32)``, so an all-masked dummy row gives a uniform
+distribution, never NaN) and soft-maxed in float32; the probabilities are cast back to the
+compute dtype for the value product.
+
+Incremental decoding uses an explicit cache pytree, never flax's mutable "cache" collection:
+``{"key": [B, max_len, H, Dh], "value": [B, max_len, H, Dh]}`` in the compute dtype, with the
+write position passed separately as int32[B] (the model keeps it in its own cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from textkit.models.layers import Dense, mixed_einsum
+from textkit.precision import Policy, mask_value
+
+Array = jax.Array
+
+
+def padding_mask(tokens: Array, pad_id: int) -> Array:
+    """Key mask from token ids: int[B, K] -> bool[B, 1, 1, K] (True at real tokens)."""
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(length: int) -> Array:
+    """Lower-triangular mask bool[1, 1, length, length] (query i sees keys <= i)."""
+    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+
+
+def position_mask(positions: Array, max_length: int) -> Array:
+    """Cache mask for one decoding step: int32[B] -> bool[B, 1, 1, max_length] (keys <= pos)."""
+    return (jnp.arange(max_length)[None, :] <= positions[:, None])[:, None, None, :]
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
+                          compute_dtype: Any = jnp.float32, dropout_rate: float = 0.0,
+                          dropout_rng: Array | None = None,
+                          deterministic: bool = True) -> Array:
+    """Scaled dot-product attention.
+
+    query [B, Q, H, Dh], key/value [B, K, H, Dh] (any float dtype), mask bool broadcastable to
+    [B, H, Q, K] or None -> float32 [B, Q, H, Dh].
+    """
+    depth = query.shape[-1]
+    query = query * np.float32(depth ** -0.5)
+    scores = mixed_einsum("bqhd,bkhd->bhqk", query, key, compute_dtype)  # f32 [B, H, Q, K]
+    if mask is not None:
+        scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
+    probs = jax.nn.softmax(scores, axis=-1)
+    if not deterministic and dropout_rate > 0.0:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        probs = jnp.where(keep, probs / np.float32(1.0 - dropout_rate), 0.0)
+    return mixed_einsum("bhqk,bkhd->bqhd", probs, value, compute_dtype)
+
+
+def update_cache(cache: dict[str, Array], key: Array, value: Array,
+                 positions: Array) -> dict[str, Array]:
+    """Write one step's key/value [B, 1, H, Dh] at ``positions`` int32[B] of the cache."""
+    max_length = cache["key"].shape[1]
+    at = (jnp.arange(max_length)[None, :] == positions[:, None])[:, :, None, None]
+    return {"key": jnp.where(at, key.astype(cache["key"].dtype), cache["key"]),
+            "value": jnp.where(at, value.astype(cache["value"].dtype), cache["value"])}
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with fused projections over float32 [B, L, d_model] inputs.
+
+    Self-attention (``cross=False``) projects queries, keys and values with one fused kernel
+    [D, 3, H, Dh]; cross-attention (``cross=True``) has a query kernel [D, H, Dh] and a fused
+    key/value kernel [D, 2, H, Dh]. The output kernel is [H, Dh, D].
+    """
+
+    num_heads: int
+    d_model: int
+    policy: Policy = Policy()
+    cross: bool = False
+    dropout_rate: float = 0.0
+
+    def setup(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
+        shape = (self.num_heads, self.d_model // self.num_heads)
+        if self.cross:
+            self.query = Dense(shape, policy=self.policy)
+            self.key_value = Dense((2, *shape), policy=self.policy, batch_axes=(0,))
+        else:
+            self.qkv = Dense((3, *shape), policy=self.policy, batch_axes=(0,))
+        self.out = Dense(self.d_model, policy=self.policy, contract=2)
+
+    def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
+        """Cross-attention keys and values: float32[B, K, D] -> 2 x compute dtype [B, K, H, Dh]."""
+        kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)
+        return kv[..., 0, :, :], kv[..., 1, :, :]
+
+    def __call__(self, inputs_q: Array, mask: Array | None = None, *,
+                 kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
+                 positions: Array | None = None,
+                 deterministic: bool = True) -> Array | tuple[Array, dict[str, Array]]:
+        """Attend ``inputs_q`` float32[B, Q, D]; returns float32[B, Q, D].
+
+        Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
+        ``positions`` int32[B] (one decoding step, Q == 1) the new key/value is written at
+        ``positions``, keys up to it are visible, and ``(out, cache)`` is returned.
+        Cross-attention takes ``kv`` from ``project_kv`` and ``mask`` over its keys.
+        """
+        if self.cross:
+            query = self.query(inputs_q)
+            key, value = kv
+        else:
+            qkv = self.qkv(inputs_q)  # f32 [B, Q, 3, H, Dh]
+            query, key, value = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+            if cache is not None:
+                cache = update_cache(cache, key, value, positions)
+                key, value = cache["key"], cache["value"]
+                mask = position_mask(positions, key.shape[1])
+        dropout_rng = None
+        if not deterministic and self.dropout_rate > 0.0:
+            dropout_rng = self.make_rng("dropout")
+        out = dot_product_attention(query, key, value, mask,
+                                    compute_dtype=self.policy.compute_dtype,
+                                    dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
+                                    deterministic=deterministic)
+        out = self.out(out)
+        return out if cache is None else (out, cache)
+
+    def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
+        """Empty self-attention cache: key/value zeros [B, max_length, H, Dh] in compute dtype."""
+        shape = (batch_size, max_length, self.num_heads, self.d_model // self.num_heads)
+        zeros = jnp.zeros(shape, self.policy.compute_dtype)
+        return {"key": zeros, "value": zeros}

@@ -1,0 +1,202 @@
+"""Policy-aware building blocks shared by the textkit models.
+
+Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; every matmul casts
+both operands to ``policy.compute_dtype`` and accumulates into a float32 result
+(``preferred_element_type=float32``). The residual stream, layer norm and everything else stays
+float32. ``mixed_einsum`` also keeps the *backward* matmuls in the compute dtype: plain autodiff
+would multiply the float32 cotangent with the bfloat16 operand, which XLA runs as a float32 (or
+slower mixed) matmul, losing most of the mixed-precision speed-up.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from textkit.precision import Policy
+
+Array = jax.Array
+Initializer = Callable[..., Array]
+
+
+def _is_float32(dtype: Any) -> bool:
+    return np.dtype(dtype) == np.dtype(np.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
+def _low_precision_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
+    return jnp.einsum(spec, x.astype(compute_dtype), y.astype(compute_dtype),
+                      preferred_element_type=jnp.float32)
+
+
+def _low_precision_einsum_fwd(spec, x, y, compute_dtype):
+    xc, yc = x.astype(compute_dtype), y.astype(compute_dtype)
+    out = jnp.einsum(spec, xc, yc, preferred_element_type=jnp.float32)
+    # Residuals keep the compute-dtype copies (half the memory in bf16) and the input dtypes.
+    return out, (xc, yc, jnp.zeros((), x.dtype), jnp.zeros((), y.dtype))
+
+
+def _low_precision_einsum_bwd(spec, compute_dtype, residuals, grad):
+    xc, yc, x_proto, y_proto = residuals
+    inputs, out = spec.split("->")
+    x_spec, y_spec = inputs.split(",")
+    g = grad.astype(compute_dtype)
+    dx = jnp.einsum(f"{out},{y_spec}->{x_spec}", g, yc, preferred_element_type=jnp.float32)
+    dy = jnp.einsum(f"{x_spec},{out}->{y_spec}", xc, g, preferred_element_type=jnp.float32)
+    return dx.astype(x_proto.dtype), dy.astype(y_proto.dtype)
+
+
+_low_precision_einsum.defvjp(_low_precision_einsum_fwd, _low_precision_einsum_bwd)
+
+
+def mixed_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
+    """Two-operand ``einsum`` with operands in ``compute_dtype`` and a float32 result.
+
+    ``spec`` is an explicit two-operand spec (``"...d,dhk->...hk"``) in which every index of an
+    operand also appears in the other operand or the output. Gradients are computed with the
+    cotangent cast to ``compute_dtype`` (again accumulating in float32) and returned in each
+    operand's own dtype.
+    """
+    if _is_float32(compute_dtype):
+        return jnp.einsum(spec, x.astype(jnp.float32), y.astype(jnp.float32))
+    return _low_precision_einsum(spec, x, y, compute_dtype)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _xavier(in_rank: int, out_rank: int, batch_axis: tuple[int, ...] = ()) -> Initializer:
+    """Glorot-uniform over a kernel of shape [*in_dims, *out_dims] (fans per projection)."""
+    in_axis = tuple(range(in_rank))
+    out_axis = tuple(a for a in range(in_rank, in_rank + out_rank) if a not in batch_axis)
+    return nn.initializers.variance_scaling(
+        1.0, "fan_avg", "uniform", in_axis=in_axis, out_axis=out_axis, batch_axis=batch_axis)
+
+
+class Dense(nn.Module):
+    """Affine map contracting the last ``contract`` input axes into ``features``.
+
+    ``x`` [..., *in_dims] (any float dtype) -> float32 [..., *features]. The kernel has shape
+    [*in_dims, *features] in ``policy.param_dtype``; ``batch_axes`` are kernel axes (counted
+    among the feature axes) that hold independent projections, e.g. the 3 of a fused
+    query/key/value kernel [d_model, 3, heads, head_dim], so each gets its own init fan.
+    """
+
+    features: int | tuple[int, ...]
+    policy: Policy = Policy()
+    use_bias: bool = True
+    contract: int = 1
+    batch_axes: tuple[int, ...] = ()
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
+        in_dims = x.shape[x.ndim - self.contract:]
+        n_in, n_out = len(in_dims), len(features)
+        kernel_init = _xavier(n_in, n_out, tuple(n_in + a for a in self.batch_axes))
+        kernel = self.param("kernel", kernel_init, (*in_dims, *features), self.policy.param_dtype)
+        contracted = _LETTERS[:n_in]
+        produced = _LETTERS[n_in:n_in + n_out]
+        spec = f"...{contracted},{contracted}{produced}->...{produced}"
+        y = mixed_einsum(spec, x, kernel, self.policy.compute_dtype)
+        if self.use_bias:
+            bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
+            y = y + bias.astype(jnp.float32)
+        return y
+
+
+class Embed(nn.Module):
+    """Token embedding with an ``attend`` method for tied output logits.
+
+    ``__call__(ids int[...]) -> float32 [..., features]`` (optionally times sqrt(features));
+    ``attend(x float[..., features]) -> float32 [..., num_embeddings]`` computed in the compute
+    dtype with float32 accumulation. The table [num_embeddings, features] is in param dtype,
+    initialised N(0, features**-0.5).
+    """
+
+    num_embeddings: int
+    features: int
+    policy: Policy = Policy()
+    scale_by_sqrt_dim: bool = True
+
+    def setup(self):
+        init = nn.initializers.normal(stddev=self.features ** -0.5)
+        self.embedding = self.param("embedding", init, (self.num_embeddings, self.features),
+                                    self.policy.param_dtype)
+
+    def __call__(self, ids: Array) -> Array:
+        x = jnp.take(self.embedding, ids, axis=0).astype(jnp.float32)
+        if self.scale_by_sqrt_dim:
+            x = x * np.float32(np.sqrt(self.features))
+        return x
+
+    def attend(self, x: Array) -> Array:
+        return mixed_einsum("...d,vd->...v", x, self.embedding, self.policy.compute_dtype)
+
+
+class LayerNorm(nn.Module):
+    """Layer norm computed in float32 (scale and bias in param dtype): float32 [..., D]."""
+
+    policy: Policy = Policy()
+    epsilon: float = 1e-6
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        return nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32,
+                            param_dtype=self.policy.param_dtype, name="norm")(
+            x.astype(jnp.float32))
+
+
+def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
+    """Vaswani et al. sin/cos position table, float32 [length, dim] (sin in the first half)."""
+    if dim % 2:
+        raise ValueError(f"sinusoidal positions need an even dimension, got {dim}")
+    half = dim // 2
+    inv_freq = np.exp(-np.log(10000.0) * np.arange(half, dtype=np.float64) / max(half - 1, 1))
+    angles = np.arange(length, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
+
+
+class PositionEmbedding(nn.Module):
+    """Adds position information: ``kind`` "sinusoidal" (fixed) or "learned" ([max_len, dim]).
+
+    ``__call__(x float32[B, T, D], positions int32[B, T]) -> float32[B, T, D]``.
+    """
+
+    kind: str
+    max_len: int
+    features: int
+    policy: Policy = Policy()
+
+    def setup(self):
+        if self.kind == "learned":
+            self.table = self.param("embedding", nn.initializers.normal(stddev=0.02),
+                                    (self.max_len, self.features), self.policy.param_dtype)
+        elif self.kind == "sinusoidal":
+            self.table = jnp.asarray(sinusoidal_positions(self.max_len, self.features))
+        else:
+            raise ValueError(
+                f"unknown positions kind {self.kind!r}; expected 'sinusoidal' or 'learned'")
+
+    def __call__(self, x: Array, positions: Array) -> Array:
+        return x + jnp.take(self.table, positions, axis=0).astype(jnp.float32)
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``Dense(d_ff) -> relu -> dropout -> Dense(d_model)``: float32 [..., D]."""
+
+    d_ff: int
+    dropout_rate: float = 0.0
+    policy: Policy = Policy()
+
+    @nn.compact
+    def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
+        h = nn.relu(Dense(self.d_ff, policy=self.policy, name="wi")(x))
+        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        return Dense(x.shape[-1], policy=self.policy, name="wo")(h)

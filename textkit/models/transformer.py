@@ -1,0 +1,262 @@
+"""Transformer encoder-decoder (Vaswani et al., 2017) under a precision policy.
+
+Implements the seq2seq decoding contract (all through ``model.apply({"params": p}, ...,
+method=...)``)::
+
+    logits = model.apply(v, src_tokens, tgt_input)                # f32 [B, T, V]
+    memory = model.apply(v, src_tokens, method="encode")           # f32 [B, S, D]
+    cache = model.apply(v, memory, src_tokens, max_length, method="init_cache")
+    log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
+
+Source padding (``pad_id``) is masked out of every attention over the source. The decoder's
+self-attention is causal only: targets are right-padded, so a real position never sees a pad.
+Residual stream, layer norm, softmax and logits are float32; matmuls run in the policy's compute
+dtype with float32 accumulation (see ``textkit.models.layers``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
+from textkit.models.layers import Dense, Embed, FeedForward, LayerNorm, PositionEmbedding
+from textkit.models.registry import register_model
+from textkit.precision import Policy
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of ``Transformer`` (frozen, hashable).
+
+    ``share_embeddings`` uses one table for source and target (needs equal vocab sizes);
+    ``tie_output`` computes logits with the target embedding instead of a separate kernel.
+    ``pre_norm`` puts layer norm before each sub-layer (plus a final norm) instead of after the
+    residual add. ``positions`` is "sinusoidal" or "learned" (table of ``max_len`` rows).
+    """
+
+    src_vocab_size: int = 32000
+    tgt_vocab_size: int = 32000
+    share_embeddings: bool = True
+    tie_output: bool = True
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    pre_norm: bool = True
+    positions: str = "sinusoidal"
+    max_len: int = 1024
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        if isinstance(self.policy, str):
+            object.__setattr__(self, "policy", Policy.parse(self.policy))
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                f"{self.src_vocab_size} and {self.tgt_vocab_size}")
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+
+
+class TransformerLayer(nn.Module):
+    """Self-attention (+ optional cross-attention) + feed-forward, pre- or post-norm.
+
+    Used by the encoder (``cross=False``), the decoder (``cross=True``) and the decoder-only LM.
+    Inputs and outputs are float32 [B, L, D].
+    """
+
+    d_model: int
+    num_heads: int
+    d_ff: int
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    pre_norm: bool = True
+    cross: bool = False
+    policy: Policy = Policy()
+
+    def setup(self):
+        attention = dict(num_heads=self.num_heads, d_model=self.d_model, policy=self.policy,
+                         dropout_rate=self.attention_dropout)
+        self.self_attention = MultiHeadAttention(**attention)
+        self.self_norm = LayerNorm(self.policy)
+        if self.cross:
+            self.cross_attention = MultiHeadAttention(cross=True, **attention)
+            self.cross_norm = LayerNorm(self.policy)
+        self.feed_forward = FeedForward(self.d_ff, self.dropout, self.policy)
+        self.ff_norm = LayerNorm(self.policy)
+        self.drop = nn.Dropout(self.dropout)
+
+    def _residual(self, x, sublayer, norm, deterministic):
+        if self.pre_norm:
+            return x + self.drop(sublayer(norm(x)), deterministic=deterministic)
+        return norm(x + self.drop(sublayer(x), deterministic=deterministic))
+
+    def __call__(self, x: Array, mask: Array | None, *, memory_kv=None, memory_mask=None,
+                 cache: dict[str, Array] | None = None, positions: Array | None = None,
+                 deterministic: bool = True):
+        """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
+
+        ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``) and
+        ``memory_mask`` bool[B, 1, 1, S] their padding mask.
+        """
+        new_cache = None
+
+        def self_attend(h):
+            nonlocal new_cache
+            if cache is None:
+                return self.self_attention(h, mask, deterministic=deterministic)
+            out, new_cache = self.self_attention(h, cache=cache, positions=positions,
+                                                 deterministic=deterministic)
+            return out
+
+        x = self._residual(x, self_attend, self.self_norm, deterministic)
+        if self.cross:
+            x = self._residual(
+                x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv,
+                                                  deterministic=deterministic),
+                self.cross_norm, deterministic)
+        x = self._residual(x, lambda h: self.feed_forward(h, deterministic=deterministic),
+                           self.ff_norm, deterministic)
+        return x if cache is None else (x, new_cache)
+
+    def project_memory(self, memory: Array) -> tuple[Array, Array]:
+        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype [B,S,H,Dh])."""
+        return self.cross_attention.project_kv(memory)
+
+    def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
+        return self.self_attention.init_cache(batch_size, max_length)
+
+
+def _layer_kwargs(config: Any) -> dict[str, Any]:
+    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                dropout=config.dropout, attention_dropout=config.attention_dropout,
+                pre_norm=config.pre_norm, policy=config.policy)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; see the module docstring for the decoding contract."""
+
+    config: TransformerConfig
+
+    def setup(self):
+        c = self.config
+        self.src_embed = Embed(c.src_vocab_size, c.d_model, c.policy)
+        if not c.share_embeddings:
+            self.tgt_embed = Embed(c.tgt_vocab_size, c.d_model, c.policy)
+        self.src_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
+        self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
+        self.encoder_layers = [TransformerLayer(**_layer_kwargs(c), name=f"encoder_{i}")
+                               for i in range(c.num_encoder_layers)]
+        self.decoder_layers = [TransformerLayer(**_layer_kwargs(c), cross=True,
+                                                name=f"decoder_{i}")
+                               for i in range(c.num_decoder_layers)]
+        if c.pre_norm:
+            self.encoder_norm = LayerNorm(c.policy)
+            self.decoder_norm = LayerNorm(c.policy)
+        if not c.tie_output:
+            self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False)
+        self.drop = nn.Dropout(c.dropout)
+
+    def _target_embed(self) -> Embed:
+        return self.src_embed if self.config.share_embeddings else self.tgt_embed
+
+    def encode(self, src_tokens: Array, *, deterministic: bool = True) -> Array:
+        """src_tokens int32[B, S] -> memory [B, S, D] in the policy's output dtype."""
+        c = self.config
+        positions = jnp.broadcast_to(jnp.arange(src_tokens.shape[1]), src_tokens.shape)
+        x = self.src_positions(self.src_embed(src_tokens), positions)
+        x = self.drop(x, deterministic=deterministic)
+        mask = padding_mask(src_tokens, c.pad_id)
+        for layer in self.encoder_layers:
+            x = layer(x, mask, deterministic=deterministic)
+        if c.pre_norm:
+            x = self.encoder_norm(x)
+        return x.astype(c.policy.output_dtype)
+
+    def _logits(self, x: Array) -> Array:
+        c = self.config
+        if c.pre_norm:
+            x = self.decoder_norm(x)
+        if c.tie_output:
+            return self._target_embed().attend(x)
+        return self.output(x)
+
+    def decode(self, memory: Array, src_tokens: Array, tgt_input: Array, *,
+               deterministic: bool = True) -> Array:
+        """Teacher-forced decoder: tgt_input int32[B, T] -> logits float32[B, T, V]."""
+        positions = jnp.broadcast_to(jnp.arange(tgt_input.shape[1]), tgt_input.shape)
+        x = self.tgt_positions(self._target_embed()(tgt_input), positions)
+        x = self.drop(x, deterministic=deterministic)
+        self_mask = causal_mask(tgt_input.shape[1])
+        memory_mask = padding_mask(src_tokens, self.config.pad_id)
+        for layer in self.decoder_layers:
+            x = layer(x, self_mask, memory_kv=layer.project_memory(memory),
+                      memory_mask=memory_mask, deterministic=deterministic)
+        return self._logits(x)
+
+    def __call__(self, src_tokens: Array, tgt_input: Array, *,
+                 deterministic: bool = True) -> Array:
+        """src_tokens int32[B, S], tgt_input int32[B, T] -> logits float32[B, T, V]."""
+        memory = self.encode(src_tokens, deterministic=deterministic)
+        return self.decode(memory, src_tokens, tgt_input, deterministic=deterministic)
+
+    def init_cache(self, memory: Array, src_tokens: Array, max_length: int) -> dict[str, Any]:
+        """Decoding cache; every leaf has leading axis B.
+
+        ``{"position": int32[B], "memory_mask": bool[B, 1, 1, S], "layers": tuple of
+        {"self": {"key", "value": [B, max_length, H, Dh]}, "memory_key"/"memory_value":
+        [B, S, H, Dh]}}`` (keys/values in the compute dtype).
+        """
+        batch_size = src_tokens.shape[0]
+        layers = []
+        for layer in self.decoder_layers:
+            key, value = layer.project_memory(memory)
+            layers.append({"self": layer.init_cache(batch_size, max_length),
+                           "memory_key": key, "memory_value": value})
+        return {"position": jnp.zeros((batch_size,), jnp.int32),
+                "memory_mask": padding_mask(src_tokens, self.config.pad_id),
+                "layers": tuple(layers)}
+
+    def decode_step(self, cache: dict[str, Any], tokens: Array) -> tuple[Array, dict[str, Any]]:
+        """tokens int32[B] at ``cache["position"]`` -> (log_probs float32[B, V], cache)."""
+        position = cache["position"]
+        x = self.tgt_positions(self._target_embed()(tokens[:, None]), position[:, None])
+        new_layers = []
+        for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
+            x, self_cache = layer(
+                x, None, memory_kv=(layer_cache["memory_key"], layer_cache["memory_value"]),
+                memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position)
+            new_layers.append({**layer_cache, "self": self_cache})
+        log_probs = jax.nn.log_softmax(self._logits(x)[:, 0], axis=-1)
+        return log_probs, {"position": position + 1, "memory_mask": cache["memory_mask"],
+                           "layers": tuple(new_layers)}
+
+
+def _preset(name: str, **fields: Any) -> None:
+    @register_model(name, family="translation")
+    def build(**overrides: Any) -> Transformer:
+        return Transformer(TransformerConfig(**{**fields, **overrides}))
+
+    build.__doc__ = f"``{name}``: Transformer with {fields} (overridable)."
+
+
+_preset("transformer_base", d_model=512, num_heads=8, d_ff=2048,
+        num_encoder_layers=6, num_decoder_layers=6)
+_preset("transformer_big", d_model=1024, num_heads=16, d_ff=4096,
+        num_encoder_layers=6, num_decoder_layers=6, dropout=0.3)
+_preset("transformer_small", d_model=256, num_heads=4, d_ff=1024,
+        num_encoder_layers=3, num_decoder_layers=3)
+_preset("transformer_tiny", d_model=64, num_heads=4, d_ff=256,
+        num_encoder_layers=2, num_decoder_layers=2, max_len=256)
