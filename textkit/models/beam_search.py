@@ -143,7 +143,10 @@ def _beam_search(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, cap
         eos_tokens = jnp.where(write, eos_id, state.alive_tokens)               # [B, K, L]
         # Going on: best K extensions by any token but EOS.
         go_on = state.alive_logp[:, :, None] + log_probs.at[:, :, eos_id].set(NEG_INF)
-        top_logp, top_index = lax.top_k(go_on.reshape(batch, beams * vocab), beams)  # [B, K]
+        # The barrier keeps XLA from fusing the consumers into a full sort of K*V candidates
+        # (its CPU TopK kernel only replaces a sort whose users are plain slices).
+        top_logp, top_index = lax.optimization_barrier(
+            lax.top_k(go_on.reshape(batch, beams * vocab), beams))              # [B, K]
         parent = top_index // vocab                                             # [B, K]
         token = (top_index % vocab).astype(jnp.int32)                           # [B, K]
         top_tokens = jnp.where(write, token[:, :, None],

@@ -110,7 +110,9 @@ def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
             return jax.random.categorical(key, logits, axis=-1)
         # lax.top_k returns candidates sorted best first; only top_p without top_k sorts all V.
         kept = top_k if top_k > 0 else logits.shape[-1]
-        values, ids = lax.top_k(logits, min(kept, logits.shape[-1]))            # [N, k]
+        # Barrier: see beam_search (keeps XLA's TopK kernel instead of a full sort).
+        values, ids = lax.optimization_barrier(
+            lax.top_k(logits, min(kept, logits.shape[-1])))                     # [N, k]
         if top_p < 1.0:
             probs = jax.nn.softmax(values, axis=-1)                             # [N, k]
             mass_before = jnp.cumsum(probs, axis=-1) - probs                    # [N, k]
