@@ -6,5 +6,10 @@ Each model module registers its presets on import; add one import line per modul
 from textkit.models.registry import get_model, list_models, register_model
 
 __all__ = ["get_model", "list_models", "register_model"]
+from textkit.models.decoding import DecodeOutput, length_penalty, model_step_fn, prefill  # noqa: E402,I001
+from textkit.models.beam_search import beam_search  # noqa: E402
+from textkit.models.sampling import greedy_search, sample  # noqa: E402
+from textkit.models.translator import Translator  # noqa: E402
+__all__ += ["DecodeOutput", "Translator", "beam_search", "greedy_search", "length_penalty", "model_step_fn", "prefill", "sample"]  # noqa: E501
 from textkit.models.transformer import Transformer, TransformerConfig  # noqa: E402
 __all__ += ["Transformer", "TransformerConfig"]
