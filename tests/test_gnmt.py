@@ -1,0 +1,179 @@
+"""GNMT: shapes, padding invariance, causality, decode_step == full forward, policies, presets."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from textkit.models import GNMT, GNMTConfig, get_model, list_models
+from textkit.precision import Policy
+
+PAD = 1
+TINY = GNMTConfig(src_vocab_size=50, tgt_vocab_size=40, embed_size=16, hidden_size=16,
+                  num_encoder_layers=3, num_decoder_layers=3, dropout=0.1, pad_id=PAD)
+
+
+def _batch(seed=0, batch=3, src_len=7, tgt_len=6):
+    rng = np.random.RandomState(seed)
+    src = rng.randint(4, 50, (batch, src_len)).astype(np.int32)
+    src[0, 4:] = PAD                      # a shorter row
+    src[-1, :] = PAD                      # a dummy all-padding row
+    tgt = rng.randint(4, 40, (batch, tgt_len)).astype(np.int32)
+    tgt[:, 0] = 2
+    return jnp.asarray(src), jnp.asarray(tgt)
+
+
+def _init(config, src, tgt):
+    model = GNMT(config)
+    return model, jax.jit(model.init)(jax.random.key(0), src, tgt)["params"]
+
+
+@pytest.mark.parametrize("attention", ["scaled_dot", "luong", "bahdanau"])
+def test_forward_padding_causality_and_decode_step(attention):
+    """One model per attention kind (jitted, few compiles) checked for: shapes, a finite
+    all-padding row, source-padding invariance, causality and decode_step == forward."""
+    src, tgt = _batch()
+    model, params = _init(dataclasses.replace(TINY, attention=attention), src, tgt)
+    forward = jax.jit(lambda s, t: model.apply({"params": params}, s, t))
+    encode = jax.jit(lambda s: model.apply({"params": params}, s, method="encode"))
+
+    logits = forward(src, tgt)
+    assert logits.shape == (3, 6, 40) and logits.dtype == jnp.float32
+    assert np.isfinite(np.asarray(logits)).all()
+    memory = encode(src)
+    assert memory["memory"].shape == (3, 7, 16)
+    np.testing.assert_array_equal(memory["src_mask"], np.asarray(src) != PAD)
+
+    # Extra source padding changes nothing at real positions.
+    more_padding = jnp.concatenate([src, jnp.full((3, 5), PAD, jnp.int32)], axis=1)
+    np.testing.assert_allclose(forward(more_padding, tgt), logits, atol=1e-5)
+    memory_long = encode(more_padding)["memory"]
+    np.testing.assert_allclose(memory_long[0, :4], memory["memory"][0, :4], atol=1e-6)
+    np.testing.assert_array_equal(memory_long[0, 4:], 0.0)
+
+    # Causality: a later target token does not change earlier logits.
+    changed = forward(src, tgt.at[:, 3].set(7))
+    np.testing.assert_allclose(changed[:, :3], logits[:, :3], atol=1e-6)
+    assert np.abs(np.asarray(changed[:, 3:] - logits[:, 3:])).max() > 1e-4
+
+    # decode_step token by token equals the full forward pass.
+    cache = model.apply({"params": params}, memory, src, tgt.shape[1], method="init_cache")
+    assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(cache))
+    step = jax.jit(lambda c, t: model.apply({"params": params}, c, t, method="decode_step"))
+    steps = []
+    for t in range(tgt.shape[1]):
+        log_probs, cache = step(cache, tgt[:, t])
+        assert log_probs.shape == (3, 40) and log_probs.dtype == jnp.float32
+        steps.append(log_probs)
+    full = jax.nn.log_softmax(logits, axis=-1)
+    np.testing.assert_allclose(jnp.stack(steps, axis=1), full, atol=1e-5)
+
+
+def test_dropout_only_when_not_deterministic():
+    src, tgt = _batch()
+    model, params = _init(TINY, src, tgt)
+
+    @jax.jit
+    def run(rng):
+        rngs = {"dropout": rng}
+        return (model.apply({"params": params}, src, tgt),
+                model.apply({"params": params}, src, tgt, deterministic=True, rngs=rngs),
+                model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs))
+
+    reference, deterministic, training = run(jax.random.key(3))
+    np.testing.assert_array_equal(deterministic, reference)
+    assert np.abs(np.asarray(training - reference)).max() > 1e-4
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+def test_dtypes_follow_policy(policy):
+    src, tgt = _batch()
+    config = dataclasses.replace(TINY, policy=policy, attention="bahdanau")
+    model, params = _init(config, src, tgt)
+    expected = Policy.parse(policy)
+    assert all(p.dtype == expected.param_dtype for p in jax.tree.leaves(params))
+
+    @jax.jit
+    def run(p):
+        memory = model.apply({"params": p}, src, method="encode")
+        logits = model.apply({"params": p}, src, tgt)
+        cache = model.apply({"params": p}, memory, src, 4, method="init_cache")
+        log_probs, cache = model.apply({"params": p}, cache, tgt[:, 0], method="decode_step")
+        return memory, logits, log_probs, cache
+
+    memory, logits, log_probs, cache = run(params)
+    assert memory["memory"].dtype == expected.compute_dtype
+    assert logits.dtype == log_probs.dtype == jnp.float32
+    assert np.isfinite(np.asarray(logits)).all()
+    assert all(h.dtype == c.dtype == jnp.float32 for h, c in cache["state"])
+
+
+def test_invalid_config_is_rejected_with_a_clear_message():
+    with pytest.raises(ValueError, match="attention"):
+        GNMTConfig(attention="dot")
+    with pytest.raises(ValueError, match="decoder layers"):
+        GNMTConfig(num_decoder_layers=1)
+
+
+def test_presets_are_registered_with_their_sizes():
+    names = list_models("translation")
+    for name in ("gnmt_iwslt", "gnmt_4layer", "gnmt_8layer", "gnmt_tiny"):
+        assert name in names
+    iwslt = get_model("gnmt_iwslt").config
+    assert (iwslt.num_encoder_layers, iwslt.hidden_size, iwslt.dropout) == (2, 512, 0.2)
+    assert get_model("gnmt_8layer").config.num_decoder_layers == 8
+    assert get_model("gnmt_tiny", attention="luong").config.attention == "luong"
+
+
+def test_iwslt_parameter_count_matches_the_architecture():
+    model = get_model("gnmt_iwslt")
+    src = jnp.ones((1, 4), jnp.int32)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), src, src)["params"]
+    count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    h, vs, vt = 512, 17191, 7709
+
+    def lstm(n_in):
+        return n_in * 4 * h + h * 4 * h + 4 * h
+
+    expected = (vs * h + vt * h                    # embeddings
+                + 2 * lstm(h) + lstm(2 * h)        # encoder: bidirectional, then 2h -> h
+                + lstm(h) + lstm(2 * h)            # decoder: embeddings, then [h; context]
+                + 2 * h * h                        # scaled_dot query and key projections
+                + h * vt + vt)                     # output layer
+    print(f"gnmt_iwslt parameters: {count:,}")
+    assert count == expected
+
+
+def test_every_parameter_gets_gradient_and_a_copy_task_loss_falls():
+    config = dataclasses.replace(TINY, num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
+                                 hidden_size=32, embed_size=32, tgt_vocab_size=50)
+    rng = np.random.RandomState(0)
+    src = jnp.asarray(rng.randint(4, 12, (16, 5)), jnp.int32)
+    tgt_in = jnp.concatenate([jnp.full((16, 1), 2, jnp.int32), src], axis=1)
+    tgt_out = jnp.concatenate([src, jnp.full((16, 1), 3, jnp.int32)], axis=1)
+    model, params = _init(config, src, tgt_in)
+    optimizer = optax.adam(1e-2)
+
+    def loss_fn(p):
+        logits = model.apply({"params": p}, src, tgt_in)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tgt_out).mean()
+
+    @jax.jit
+    def train_step(p, state):
+        loss, grads = jax.value_and_grad(loss_fn)(p)
+        updates, state = optimizer.update(grads, state, p)
+        return optax.apply_updates(p, updates), state, loss
+
+    grads = jax.grad(loss_fn)(params)
+    silent = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_leaves_with_path(grads)
+              if not np.abs(np.asarray(g)).max() > 0]
+    assert not silent, f"parameters without gradient: {silent}"
+    state = optimizer.init(params)
+    first = None
+    for _ in range(60):
+        params, state, loss = train_step(params, state)
+        first = float(loss) if first is None else first
+    assert float(loss) < 0.6 * first

@@ -1,0 +1,235 @@
+"""GNMT: LSTM encoder-decoder with attention (Wu et al. 2016), on the seq2seq decoding contract.
+
+Encoder: layer 1 is bidirectional (``H`` per direction, outputs concatenated to ``2H``); layers
+2.. are unidirectional ``H``; residual connections ``x + LSTM(x)`` from layer 3 on, as in Wu et
+al. (layer 2 cannot have one: its input is ``2H`` wide). Right padding is masked throughout and
+the backward direction reads each sequence from its own last real token.
+
+Decoder: layer 1 runs over the target embeddings; its output at step ``t`` is the attention
+query (the current step's output, Luong-style, instead of GNMT's previous-step output, so the
+whole training sequence attends in one batched op). The attention context is concatenated to
+the input of every upper layer; residuals from layer 3 on; the top layer feeds the output
+projection. The decoder starts from a zero state (no bridge from the encoder), so beam search
+only tiles the memory. Without input feeding every layer is one ``lax.scan`` with its input
+projection hoisted out of the loop (see ``rnn.py``).
+
+Attention (``GNMTConfig.attention``): ``"scaled_dot"`` (projected query and keys, dot / sqrt(H)),
+``"luong"`` (Luong "general": ``h^T W m``), ``"bahdanau"`` (additive: ``v^T tanh(W_q h + W_k m)``).
+Scores, masks and softmax are float32; matmuls follow the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textkit.models.registry import register_model
+from textkit.models.rnn import LSTM, BidirectionalLSTM, LSTMState, PolicyDense, zero_state
+from textkit.precision import Policy, mask_value
+
+ATTENTION_KINDS = ("scaled_dot", "luong", "bahdanau")
+RESIDUAL_FROM_LAYER = 3
+"""1-based index of the first encoder/decoder layer with a residual connection."""
+
+def _uniform_init(scale: float):
+    """U(-scale, scale) initializer."""
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -scale, scale)
+    return init
+
+
+@dataclasses.dataclass(frozen=True)
+class GNMTConfig:
+    """Hyper-parameters of a GNMT model. ``policy`` may be given as a string."""
+
+    src_vocab_size: int = 32000
+    tgt_vocab_size: int = 32000
+    embed_size: int = 512
+    hidden_size: int = 512
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    attention: str = "scaled_dot"
+    dropout: float = 0.2
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        object.__setattr__(self, "policy", Policy.parse(self.policy))
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"GNMTConfig.attention={self.attention!r}; expected one of "
+                             f"{ATTENTION_KINDS}")
+        if self.num_encoder_layers < 1 or self.num_decoder_layers < 2:
+            raise ValueError("GNMT needs >= 1 encoder layer and >= 2 decoder layers (the "
+                             "attention context enters the decoder from layer 2); got "
+                             f"{self.num_encoder_layers} and {self.num_decoder_layers}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GNMTConfig.dropout={self.dropout}; expected 0 <= dropout < 1")
+
+
+class RecurrentAttention(nn.Module):
+    """Single-head attention of decoder outputs over the encoder memory."""
+
+    kind: str
+    hidden_size: int
+    policy: Policy = Policy()
+
+    def setup(self):
+        self.key_projection = PolicyDense(self.hidden_size, self.policy,
+                                          use_bias=self.kind == "bahdanau")
+        if self.kind != "luong":
+            self.query_projection = PolicyDense(self.hidden_size, self.policy, use_bias=False)
+        if self.kind == "bahdanau":
+            self.score_vector = self.param("score_vector",
+                                           nn.initializers.normal(self.hidden_size ** -0.5),
+                                           (self.hidden_size,), self.policy.param_dtype)
+
+    def project_keys(self, memory: jax.Array) -> jax.Array:
+        """``memory [B,S,Dm]`` -> keys ``[B,S,H]`` in compute dtype (computed once per source)."""
+        return self.key_projection(memory).astype(self.policy.compute_dtype)
+
+    def __call__(self, query: jax.Array, keys: jax.Array, memory: jax.Array,
+                 src_mask: jax.Array) -> jax.Array:
+        """``query [B,T,H]``, ``keys [B,S,H]``, ``memory [B,S,Dm]``, ``src_mask`` bool ``[B,S]``
+        -> context ``[B,T,Dm]`` in compute dtype."""
+        cdt = self.policy.compute_dtype
+        if self.kind == "bahdanau":
+            q = self.query_projection(query)                                   # f32 [B,T,H]
+            hidden = jnp.tanh(q[:, :, None, :] + keys[:, None, :, :].astype(jnp.float32))
+            scores = jnp.einsum("btsh,h->bts", hidden.astype(cdt),
+                                self.score_vector.astype(cdt), preferred_element_type=jnp.float32)
+        else:
+            q = query if self.kind == "luong" else self.query_projection(query)
+            scores = jnp.einsum("bth,bsh->bts", q.astype(cdt), keys.astype(cdt),
+                                preferred_element_type=jnp.float32)
+            if self.kind == "scaled_dot":
+                scores = scores * self.hidden_size ** -0.5
+        scores = jnp.where(src_mask[:, None, :], scores, mask_value(jnp.float32))
+        weights = jax.nn.softmax(scores, axis=-1)                              # f32 [B,T,S]
+        context = jnp.einsum("bts,bsd->btd", weights.astype(cdt), memory.astype(cdt),
+                             preferred_element_type=jnp.float32)
+        return context.astype(cdt)
+
+
+class GNMT(nn.Module):
+    """GNMT encoder-decoder; see the module docstring and COMMON decoding contract."""
+
+    config: GNMTConfig
+
+    def setup(self):
+        cfg = self.config
+        pol = cfg.policy
+        self.src_embedding = self.param("src_embedding", _uniform_init(0.1),
+                                        (cfg.src_vocab_size, cfg.embed_size), pol.param_dtype)
+        self.tgt_embedding = self.param("tgt_embedding", _uniform_init(0.1),
+                                        (cfg.tgt_vocab_size, cfg.embed_size), pol.param_dtype)
+        self.encoder_bidirectional = BidirectionalLSTM(cfg.hidden_size, pol)
+        self.encoder_layers = [LSTM(cfg.hidden_size, pol)
+                               for _ in range(cfg.num_encoder_layers - 1)]
+        self.decoder_layers = [LSTM(cfg.hidden_size, pol) for _ in range(cfg.num_decoder_layers)]
+        self.attention = RecurrentAttention(cfg.attention, cfg.hidden_size, pol)
+        self.output_projection = PolicyDense(cfg.tgt_vocab_size, pol)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _embed(self, table: jax.Array, tokens: jax.Array) -> jax.Array:
+        return jnp.take(table, tokens, axis=0).astype(self.config.policy.compute_dtype)
+
+    def encode(self, src_tokens: jax.Array, *, deterministic: bool = True) -> dict[str, jax.Array]:
+        """``src_tokens`` int32 ``[B,S]`` -> ``{"memory": [B,S,Dm] compute dtype (zero at
+        padding), "src_mask": bool [B,S]}``; ``Dm`` is ``H`` (``2H`` with one encoder layer)."""
+        mask = src_tokens != self.config.pad_id
+        x = self._embed(self.src_embedding, src_tokens)
+        x = self.encoder_bidirectional(self.dropout(x, deterministic=deterministic), mask)
+        for layer_number, layer in enumerate(self.encoder_layers, start=2):
+            y, _ = layer(self.dropout(x, deterministic=deterministic), mask=mask)
+            x = y + x if layer_number >= RESIDUAL_FROM_LAYER else y
+        return {"memory": x, "src_mask": mask}
+
+    def _zero_decoder_state(self, batch_size: int) -> tuple[LSTMState, ...]:
+        return tuple(zero_state(batch_size, self.config.hidden_size)
+                     for _ in range(self.config.num_decoder_layers))
+
+    def _decode(self, tgt_tokens: jax.Array, memory: jax.Array, keys: jax.Array,
+                src_mask: jax.Array, state: tuple[LSTMState, ...],
+                deterministic: bool) -> tuple[jax.Array, tuple[LSTMState, ...]]:
+        """``tgt_tokens [B,T]`` from ``state`` -> (logits float32 ``[B,T,V]``, new state)."""
+        x = self._embed(self.tgt_embedding, tgt_tokens)
+        first = self.decoder_layers[0]
+        x, first_state = first(self.dropout(x, deterministic=deterministic), state[0])
+        new_state = [first_state]
+        context = self.attention(x, keys, memory, src_mask)                  # [B,T,Dm]
+        for layer_number, layer in enumerate(self.decoder_layers[1:], start=2):
+            inputs = jnp.concatenate([x, context], axis=-1)
+            y, layer_state = layer(self.dropout(inputs, deterministic=deterministic),
+                                   state[layer_number - 1])
+            new_state.append(layer_state)
+            x = y + x if layer_number >= RESIDUAL_FROM_LAYER else y
+        logits = self.output_projection(self.dropout(x, deterministic=deterministic))
+        return logits, tuple(new_state)
+
+    def __call__(self, src_tokens: jax.Array, tgt_input: jax.Array, *,
+                 deterministic: bool = True) -> jax.Array:
+        """``src_tokens [B,S]``, ``tgt_input [B,T]`` int32 -> logits float32 ``[B,T,V]``."""
+        encoded = self.encode(src_tokens, deterministic=deterministic)
+        memory = encoded["memory"]
+        keys = self.attention.project_keys(memory)
+        logits, _ = self._decode(tgt_input, memory, keys, encoded["src_mask"],
+                                 self._zero_decoder_state(src_tokens.shape[0]), deterministic)
+        return logits
+
+    def init_cache(self, memory: dict[str, jax.Array], src_tokens: jax.Array,
+                   max_length: int) -> dict[str, Any]:
+        """Decoding cache from ``encode``'s output. Every leaf has leading axis B.
+
+        ``max_length`` is accepted for the shared contract; a recurrent cache does not grow.
+        """
+        del max_length
+        return {"memory": memory["memory"],
+                "keys": self.attention.project_keys(memory["memory"]),
+                "src_mask": src_tokens != self.config.pad_id,
+                "state": self._zero_decoder_state(src_tokens.shape[0])}
+
+    def decode_step(self, cache: dict[str, Any],
+                    tokens: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+        """``tokens`` int32 ``[B]`` -> (log-probs float32 ``[B,V]``, cache advanced one step)."""
+        logits, state = self._decode(tokens[:, None], cache["memory"], cache["keys"],
+                                     cache["src_mask"], cache["state"], True)
+        return jax.nn.log_softmax(logits[:, 0], axis=-1), {**cache, "state": state}
+
+
+def _preset(base: GNMTConfig, overrides: dict[str, Any]) -> GNMT:
+    return GNMT(dataclasses.replace(base, **overrides))
+
+
+@register_model("gnmt_iwslt", family="translation")
+def gnmt_iwslt(**overrides: Any) -> GNMT:
+    """GluonNLP's IWSLT'15 en-vi setting: 2 layers x 512 (first bidirectional), dropout 0.2.
+    Vocabulary sizes are those of the IWSLT'15 en-vi vocab files; override with yours."""
+    return _preset(GNMTConfig(src_vocab_size=17191, tgt_vocab_size=7709, embed_size=512,
+                              hidden_size=512, num_encoder_layers=2, num_decoder_layers=2,
+                              attention="scaled_dot", dropout=0.2), overrides)
+
+
+@register_model("gnmt_4layer", family="translation")
+def gnmt_4layer(**overrides: Any) -> GNMT:
+    """4 + 4 layers x 1024, additive attention, 32k shared-size vocab (WMT-style)."""
+    return _preset(GNMTConfig(embed_size=1024, hidden_size=1024, num_encoder_layers=4,
+                              num_decoder_layers=4, attention="bahdanau", dropout=0.2), overrides)
+
+
+@register_model("gnmt_8layer", family="translation")
+def gnmt_8layer(**overrides: Any) -> GNMT:
+    """8 + 8 layers x 1024 as in Wu et al. 2016, additive attention."""
+    return _preset(GNMTConfig(embed_size=1024, hidden_size=1024, num_encoder_layers=8,
+                              num_decoder_layers=8, attention="bahdanau", dropout=0.2), overrides)
+
+
+@register_model("gnmt_tiny", family="translation")
+def gnmt_tiny(**overrides: Any) -> GNMT:
+    """2 + 2 layers x 64 with a 1000-token vocab: trains in minutes on a CPU."""
+    return _preset(GNMTConfig(src_vocab_size=1000, tgt_vocab_size=1000, embed_size=64,
+                              hidden_size=64, num_encoder_layers=2, num_decoder_layers=2,
+                              attention="scaled_dot", dropout=0.1), overrides)

@@ -1,0 +1,243 @@
+"""Recurrent language models: a Zaremba-style LSTM LM and an AWD-LSTM-style LM.
+
+Both follow the LM contract: ``__call__(tokens, state=None, *, deterministic=True) ->
+(logits float32 [B,T,V], state)``. ``state`` is a tuple over layers of float32 ``(h, c)
+[B,H_l]`` pairs; pass the returned state into the next BPTT window (wrap it in
+``jax.lax.stop_gradient`` to truncate backpropagation there). Positions with ``tokens == pad_id``
+leave the state unchanged, so a padded last window carries the state of its last real token.
+``init_cache(batch_size, max_length)`` / ``decode_step(cache, tokens)`` run one token at a time
+through the same code path.
+
+``LSTMLM`` (Zaremba et al. 2014; GluonNLP's standard_lstm_lm_*): dropout on the embeddings,
+between layers and before the output layer; ``tie_weights`` shares the embedding matrix with the
+output layer, through a linear projection hidden -> embedding when the sizes differ.
+
+``AWDLSTMLM`` (Merity et al. 2017): embedding dropout (whole word types), locked (variational)
+dropout with one mask per sequence on the input, between layers and on the output, and
+weight-drop (DropConnect) on every hidden-to-hidden matrix. With tied weights the last layer's
+size is the embedding size. All dropout is off when ``deterministic``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textkit.models.registry import register_model
+from textkit.models.rnn import LSTM, LSTMState, PolicyDense, policy_matmul, zero_state
+from textkit.precision import Policy
+
+
+def _uniform_init(scale: float):
+    """U(-scale, scale) initializer."""
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -scale, scale)
+    return init
+
+
+def _check_rate(owner: str, name: str, rate: float) -> None:
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"{owner}.{name}={rate}; expected 0 <= rate < 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMLMConfig:
+    """LSTM LM hyper-parameters. ``policy`` may be given as a string."""
+
+    vocab_size: int = 10000
+    embed_size: int = 200
+    hidden_size: int = 200
+    num_layers: int = 2
+    dropout: float = 0.2
+    tie_weights: bool = True
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        object.__setattr__(self, "policy", Policy.parse(self.policy))
+        _check_rate("LSTMLMConfig", "dropout", self.dropout)
+        if self.num_layers < 1:
+            raise ValueError(f"LSTMLMConfig.num_layers={self.num_layers}; expected >= 1")
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        """Hidden size of each LSTM layer (the state shapes)."""
+        return (self.hidden_size,) * self.num_layers
+
+
+@dataclasses.dataclass(frozen=True)
+class AWDLSTMLMConfig:
+    """AWD-LSTM hyper-parameters (defaults: GluonNLP's awd_lstm_lm_1150)."""
+
+    vocab_size: int = 10000
+    embed_size: int = 400
+    hidden_size: int = 1150
+    num_layers: int = 3
+    embedding_dropout: float = 0.1
+    input_dropout: float = 0.65
+    hidden_dropout: float = 0.2
+    output_dropout: float = 0.4
+    weight_drop: float = 0.5
+    tie_weights: bool = True
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        object.__setattr__(self, "policy", Policy.parse(self.policy))
+        for name in ("embedding_dropout", "input_dropout", "hidden_dropout", "output_dropout",
+                     "weight_drop"):
+            _check_rate("AWDLSTMLMConfig", name, getattr(self, name))
+        if self.num_layers < 1:
+            raise ValueError(f"AWDLSTMLMConfig.num_layers={self.num_layers}; expected >= 1")
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        """Hidden size of each LSTM layer; the last is ``embed_size`` when weights are tied."""
+        last = self.embed_size if self.tie_weights else self.hidden_size
+        return (self.hidden_size,) * (self.num_layers - 1) + (last,)
+
+
+class _RecurrentLM(nn.Module):
+    """Shared state and decoding methods; subclasses define ``config`` and ``__call__``."""
+
+    def initial_state(self, batch_size: int) -> tuple[LSTMState, ...]:
+        """All-zero state: per layer float32 ``(h, c) [batch_size, H_l]``."""
+        return tuple(zero_state(batch_size, size) for size in self.config.layer_sizes)
+
+    def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
+        """Decoding cache (every leaf has leading axis B); ``max_length`` is unused by an RNN."""
+        del max_length
+        return {"state": self.initial_state(batch_size)}
+
+    def decode_step(self, cache: dict[str, Any],
+                    tokens: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+        """``tokens`` int32 ``[B]`` -> (log-probs float32 ``[B,V]``, advanced cache)."""
+        logits, state = self(tokens[:, None], cache["state"], deterministic=True)
+        return jax.nn.log_softmax(logits[:, 0], axis=-1), {"state": state}
+
+    def _embedding_table(self) -> jax.Array:
+        cfg = self.config
+        return self.param("embedding", _uniform_init(0.1), (cfg.vocab_size, cfg.embed_size),
+                          cfg.policy.param_dtype)
+
+    def _output_logits(self, x: jax.Array, embedding: jax.Array) -> jax.Array:
+        """``x [B,T,H_last]`` -> logits float32 ``[B,T,V]`` (tied to ``embedding`` or not)."""
+        cfg = self.config
+        if not cfg.tie_weights:
+            return PolicyDense(cfg.vocab_size, cfg.policy, name="output")(x)
+        if x.shape[-1] != cfg.embed_size:
+            x = PolicyDense(cfg.embed_size, cfg.policy, use_bias=False,
+                            name="tied_projection")(x)
+        bias = self.param("output_bias", nn.initializers.zeros, (cfg.vocab_size,),
+                          cfg.policy.param_dtype)
+        return policy_matmul(x, embedding.T, cfg.policy.compute_dtype) + bias.astype(jnp.float32)
+
+
+class LSTMLM(_RecurrentLM):
+    """Embedding, ``num_layers`` LSTM layers, dropout, (tied) output layer."""
+
+    config: LSTMLMConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
+                 deterministic: bool = True) -> tuple[jax.Array, tuple[LSTMState, ...]]:
+        """``tokens`` int32 ``[B,T]`` -> (logits float32 ``[B,T,V]``, state after the window)."""
+        cfg = self.config
+        if state is None:
+            state = self.initial_state(tokens.shape[0])
+        mask = tokens != cfg.pad_id
+        dropout = nn.Dropout(cfg.dropout)
+        embedding = self._embedding_table()
+        x = jnp.take(embedding, tokens, axis=0).astype(cfg.policy.compute_dtype)
+        x = dropout(x, deterministic=deterministic)
+        new_state = []
+        for index, size in enumerate(cfg.layer_sizes):
+            x, layer_state = LSTM(size, cfg.policy, name=f"lstm_{index}")(x, state[index], mask)
+            x = dropout(x, deterministic=deterministic)
+            new_state.append(layer_state)
+        return self._output_logits(x, embedding), tuple(new_state)
+
+
+class AWDLSTMLM(_RecurrentLM):
+    """AWD-LSTM: embedding dropout, locked dropout, weight-dropped LSTM layers, tied output."""
+
+    config: AWDLSTMLMConfig
+
+    def _dropped_embedding(self, embedding: jax.Array, tokens: jax.Array,
+                           deterministic: bool) -> jax.Array:
+        """Embedding lookup that drops whole word types (same type -> same decision)."""
+        x = jnp.take(embedding, tokens, axis=0).astype(self.config.policy.compute_dtype)
+        rate = self.config.embedding_dropout
+        if deterministic or rate == 0.0:
+            return x
+        kept = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - rate, (embedding.shape[0],))
+        scale = jnp.take(kept, tokens, axis=0).astype(x.dtype) / (1.0 - rate)
+        return x * scale[..., None]
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
+                 deterministic: bool = True) -> tuple[jax.Array, tuple[LSTMState, ...]]:
+        """``tokens`` int32 ``[B,T]`` -> (logits float32 ``[B,T,V]``, state after the window)."""
+        cfg = self.config
+        if state is None:
+            state = self.initial_state(tokens.shape[0])
+        mask = tokens != cfg.pad_id
+        embedding = self._embedding_table()
+        x = self._dropped_embedding(embedding, tokens, deterministic)
+        # Locked dropout: one mask per sequence and feature, shared over time (axis 1).
+        x = nn.Dropout(cfg.input_dropout, broadcast_dims=(1,))(x, deterministic=deterministic)
+        new_state = []
+        last = len(cfg.layer_sizes) - 1
+        for index, size in enumerate(cfg.layer_sizes):
+            layer = LSTM(size, cfg.policy, weight_drop=cfg.weight_drop, name=f"lstm_{index}")
+            x, layer_state = layer(x, state[index], mask, deterministic=deterministic)
+            rate = cfg.output_dropout if index == last else cfg.hidden_dropout
+            x = nn.Dropout(rate, broadcast_dims=(1,))(x, deterministic=deterministic)
+            new_state.append(layer_state)
+        return self._output_logits(x, embedding), tuple(new_state)
+
+
+@register_model("lstm_lm_200", family="language_model")
+def lstm_lm_200(**overrides: Any) -> LSTMLM:
+    """2 x 200, tied, dropout 0.2 (Zaremba's small size; GluonNLP's standard_lstm_lm_200)."""
+    return LSTMLM(dataclasses.replace(
+        LSTMLMConfig(embed_size=200, hidden_size=200, num_layers=2, dropout=0.2), **overrides))
+
+
+@register_model("lstm_lm_650", family="language_model")
+def lstm_lm_650(**overrides: Any) -> LSTMLM:
+    """2 x 650, tied, dropout 0.5 (Zaremba's medium size)."""
+    return LSTMLM(dataclasses.replace(
+        LSTMLMConfig(embed_size=650, hidden_size=650, num_layers=2, dropout=0.5), **overrides))
+
+
+@register_model("lstm_lm_1500", family="language_model")
+def lstm_lm_1500(**overrides: Any) -> LSTMLM:
+    """2 x 1500, tied, dropout 0.65 (Zaremba's large size)."""
+    return LSTMLM(dataclasses.replace(
+        LSTMLMConfig(embed_size=1500, hidden_size=1500, num_layers=2, dropout=0.65), **overrides))
+
+
+@register_model("lstm_lm_tiny", family="language_model")
+def lstm_lm_tiny(**overrides: Any) -> LSTMLM:
+    """2 x 32 with a 1000-token vocab, for tests and CPU smoke runs."""
+    return LSTMLM(dataclasses.replace(
+        LSTMLMConfig(vocab_size=1000, embed_size=32, hidden_size=32, num_layers=2, dropout=0.1),
+        **overrides))
+
+
+@register_model("awd_lstm_lm", family="language_model")
+def awd_lstm_lm(**overrides: Any) -> AWDLSTMLM:
+    """3 layers, 400-d embedding, 1150 hidden, tied (Merity et al.; GluonNLP awd_lstm_lm_1150)."""
+    return AWDLSTMLM(dataclasses.replace(AWDLSTMLMConfig(), **overrides))
+
+
+@register_model("awd_lstm_lm_tiny", family="language_model")
+def awd_lstm_lm_tiny(**overrides: Any) -> AWDLSTMLM:
+    """3 layers, 16-d embedding, 48 hidden, 1000-token vocab, for tests and CPU smoke runs."""
+    return AWDLSTMLM(dataclasses.replace(
+        AWDLSTMLMConfig(vocab_size=1000, embed_size=16, hidden_size=48), **overrides))
