@@ -19,6 +19,7 @@ validation plateau, as in Zaremba et al. and AWD-LSTM) without recompiling the s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from textkit.training.train_step import TrainState, make_eval_step, make_train_s
 
 __all__ = [
     "CARRY",
+    "ExcludeTokensStep",
     "initial_carry",
     "learning_rate_of",
     "lm_loss_fn",
@@ -48,8 +50,8 @@ __all__ = [
 ]
 
 CARRY = "carry"
-# Logit given to tokens that can never be a target (e.g. <pad>): finite, so that a masked
-# position whose target is such a token gives 0 * large instead of 0 * inf = NaN.
+# Added to the logits of tokens that can never be a target (e.g. <pad>): finite, so that a
+# masked position whose target is such a token gives 0 * large instead of 0 * inf = NaN.
 _EXCLUDED_LOGIT = -1e9
 
 
@@ -75,7 +77,10 @@ def lm_loss_fn(model: Any, excluded_ids: Sequence[int] = ()) -> Callable[..., An
         logits, carry = model.apply({"params": params}, batch["inputs"], batch.get(CARRY),
                                     deterministic=rng is None, rngs=rngs)    # [B, T, V]
         if excluded.size:
-            logits = logits.astype(jnp.float32).at[..., excluded].set(_EXCLUDED_LOGIT)
+            # a constant [V] bias, not a scatter: XLA would constant-fold a [B, T, V] mask
+            penalty = np.zeros(logits.shape[-1], np.float32)
+            penalty[excluded] = _EXCLUDED_LOGIT
+            logits = logits.astype(jnp.float32) + penalty
         nll_sum, count = cross_entropy(logits, batch["targets"], batch["mask"])
         return nll_sum, (count, {CARRY: jax.lax.stop_gradient(carry)})
 
@@ -233,3 +238,19 @@ def next_learning_rate(learning_rate: float, *, epoch: int, improved: bool, fact
     if decay_on == "epoch" or not improved:
         return learning_rate * factor
     return learning_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class ExcludeTokensStep:
+    """A decoding ``step_fn`` whose log-probs give no mass to ``excluded_ids`` (renormalised),
+    matching ``lm_loss_fn(..., excluded_ids)``; hashable, so usable as a static jit argument."""
+
+    step_fn: Callable[[Any, Any, jax.Array], tuple[jax.Array, Any]]
+    excluded_ids: tuple[int, ...]
+
+    def __call__(self, params: Any, cache: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:
+        log_probs, cache = self.step_fn(params, cache, tokens)                  # [N, V]
+        penalty = np.zeros(log_probs.shape[-1], np.float32)
+        penalty[list(self.excluded_ids)] = -np.inf
+        log_probs = log_probs.astype(jnp.float32) + penalty
+        return jax.nn.log_softmax(log_probs, axis=-1), cache
