@@ -25,3 +25,4 @@ __all__ = [
     "smoothing_entropy",
 ]
 from textkit.training.language_model import lm_loss_fn, lm_optimizer, make_lm_eval_step, make_lm_train_step, stream_nll, stream_windows  # noqa: E402,F401,I001,E501
+from textkit.training.seq2seq import Seq2SeqBatchify, TranslationDir, bleu_scores, build_translation_model, make_seq2seq_loader, make_seq2seq_loss  # noqa: E402,F401,I001,E501

@@ -1,0 +1,88 @@
+"""Translate sentences with a model trained by ``examples/nmt/train.py``.
+
+Reads one sentence per line from --input (default: stdin), writes one translation per line to
+--output (default: stdout). The model, its configuration and SentencePiece models come from the
+training run's --save-dir; the parameters are the ones its test evaluation used (``final/``)::
+
+    python examples/nmt/translate.py --checkpoint runs/nmt_toy < sentences.txt
+    python examples/nmt/translate.py --checkpoint runs/nmt_toy --input test.src \\
+        --output test.hyp --reference test.tgt --beam-size 4 --alpha 0.6
+
+With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import jax
+
+from textkit.data.datasets import read_lines
+from textkit.models import Translator
+from textkit.training.seq2seq import (
+    TranslationDir,
+    bleu_scores,
+    build_translation_model,
+    init_params,
+    write_text_atomic,
+)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, help="the --save-dir of a training run")
+    p.add_argument("--input", default="-", help="source sentences, one per line (-: stdin)")
+    p.add_argument("--output", default="-", help="translations, one per line (-: stdout)")
+    p.add_argument("--reference", default=None, help="reference file: print BLEU to stderr")
+    p.add_argument("--beam-size", type=int, default=None, help="default: the training run's")
+    p.add_argument("--alpha", type=float, default=None, help="default: the training run's")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> list[str]:
+    args = parse_args(argv)
+    run = TranslationDir(args.checkpoint)
+    config = run.read_config()
+    src_tok, tgt_tok = run.tokenizers(config["joint_spm"])
+    model = build_translation_model(
+        config["model"], src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
+        pad_id=src_tok.pad_id, precision=config["precision"], shared_vocab=config["joint_spm"],
+        **config["model_overrides"])
+    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+    params, extra = run.load_final(target)
+
+    translator = Translator(
+        model, params, src_tok, tgt_tok,
+        beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
+        alpha=args.alpha if args.alpha is not None else config["alpha"],
+        batch_size=args.batch_size or config["decode_batch_size"])
+    if args.input == "-":
+        sources = sys.stdin.read().splitlines()
+    else:
+        sources = read_lines(args.input)
+    translations = translator.translate(sources, progress=args.output != "-")
+
+    text = "".join(line + "\n" for line in translations)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(args.output, text)
+    if args.reference is not None:
+        references = read_lines(args.reference)
+        if len(references) != len(sources):
+            raise SystemExit(f"{args.reference} has {len(references)} lines but the input has "
+                             f"{len(sources)}")
+        scores = bleu_scores(translations, references)
+        print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
+        print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
+              file=sys.stderr)
+    print(f"translated {len(sources)} sentences with {extra['source']} of {run.root}",
+          file=sys.stderr)
+    return translations
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Translation recipe end to end on a small toy split: pipeline, summary, resume, translate.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from textkit.batchify import BatchShape
+from textkit.data import toy_translation
+from textkit.training import CheckpointManager
+from textkit.training.seq2seq import (
+    Seq2SeqBatchify,
+    TranslationDir,
+    bleu_scores,
+    build_translation_model,
+    init_params,
+    make_seq2seq_loader,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "nmt"
+TOY = "300,24,24"
+# a small, fast configuration: 2 bucket shapes, a narrow Transformer, beam 2
+FAST = ["--toy-sizes", TOY, "--spm-vocab-size", "200", "--batch-tokens", "512",
+        "--num-buckets", "2", "--eval-interval", "4", "--beam-size", "2",
+        "--decode-batch-size", "32", "--warmup-steps", "4", "--log-interval", "2",
+        "--model-overrides", "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1"]
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"nmt_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An uninterrupted 8-step run, and a 4-step run resumed to 8 steps."""
+    train = load_script("train")
+    root = tmp_path_factory.mktemp("nmt")
+    whole = train.main([*FAST, "--max-steps", "8", "--average-last", "2",
+                        "--save-dir", str(root / "whole")])
+    first = train.main([*FAST, "--max-steps", "4", "--average-last", "2",
+                        "--save-dir", str(root / "resumed")])
+    resumed = train.main([*FAST, "--max-steps", "8", "--average-last", "2", "--resume",
+                          "--save-dir", str(root / "resumed")])
+    return {"root": root, "whole": whole, "first": first, "resumed": resumed, "train": train}
+
+
+def restore_latest(save_dir: Path):
+    """(state as a dict of arrays, extra) of the latest checkpoint."""
+    with CheckpointManager(save_dir / "checkpoints") as manager:
+        return manager.restore("latest")
+
+
+def test_batchify_builds_shifted_targets_and_dummy_rows():
+    batchify = Seq2SeqBatchify(pad_id=1, bos_id=2, eos_id=3)
+    batch = batchify([([5, 6, 7], [8, 9]), ([10], [11, 12, 13])], BatchShape(3, (8, 8)))
+    assert batch["src_tokens"].shape == (3, 8) and batch["tgt_input"].shape == (3, 8)
+    np.testing.assert_array_equal(batch["src_tokens"][0, :4], [5, 6, 7, 1])
+    np.testing.assert_array_equal(batch["tgt_input"][1, :5], [2, 11, 12, 13, 1])
+    np.testing.assert_array_equal(batch["tgt_output"][1, :5], [11, 12, 13, 3, 1])
+    np.testing.assert_array_equal(batch["src_lengths"], [3, 1, 0])
+    np.testing.assert_array_equal(batch["tgt_lengths"], [3, 4, 0])
+    assert (batch["tgt_input"][2] == 1).all() and batch["tgt_output"].dtype == np.int32
+
+
+def test_loader_shapes_are_the_bucket_shapes():
+    samples = [(list(range(4, 4 + n)), list(range(4, 4 + m)))
+               for n, m in zip(range(1, 41), range(40, 0, -1))]
+    loader = make_seq2seq_loader(samples, 256, pad_id=1, bos_id=2, eos_id=3, num_buckets=3)
+    allowed = {(s.rows, *s.lengths) for s in loader.batch_sampler.bucket_shapes}
+    batches = list(loader)
+    seen = {(b["src_tokens"].shape[0], b["src_tokens"].shape[1], b["tgt_input"].shape[1])
+            for b in batches}
+    assert seen <= allowed
+    assert sum(int((b["src_lengths"] > 0).sum()) for b in batches) == len(samples)
+
+
+def test_build_translation_model_rejects_unknown_fields():
+    with pytest.raises(ValueError, match="no config field"):
+        build_translation_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50,
+                                pad_id=1, not_a_field=3)
+    model = build_translation_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=60,
+                                    pad_id=1, precision="mixed_bfloat16")
+    assert not model.config.share_embeddings
+    assert str(model.config.policy) == "params=float32,compute=bfloat16,output=float32"
+
+
+@pytest.mark.slow
+def test_summary_has_the_documented_keys(runs):
+    summary = runs["whole"]
+    saved = json.loads((runs["root"] / "whole" / "summary.json").read_text())
+    for key in ("config", "test_bleu", "test_bleu_lowercase", "signature", "wall_s",
+                "train_tokens_per_s", "num_compiles"):
+        assert key in saved, key
+    assert saved["test_bleu"] == summary["test_bleu"]
+    assert saved["signature"].startswith("nrefs:1|case:mixed|")
+    assert saved["signature_lowercase"].startswith("nrefs:1|case:lc|")
+    assert saved["steps"] == 8 and saved["train_tokens_per_s"] > 0
+    # at most one train-step program per bucket shape
+    assert 1 <= saved["num_compiles"] <= saved["num_bucket_shapes"] == 2
+
+
+@pytest.mark.slow
+def test_checkpoints_record_validation_and_data_position(runs):
+    extra = restore_latest(runs["root"] / "whole")[1]
+    assert set(extra["progress"]["valid_bleu"]) == {"4", "8"}
+    assert extra["progress"]["train_tokens"] > 0
+    assert extra["sampler"]["position"] + extra["sampler"]["epoch"] * extra["sampler"][
+        "num_steps"] == 8
+
+
+@pytest.mark.slow
+def test_resume_equals_uninterrupted_run(runs):
+    root = runs["root"]
+    whole_state, whole_extra = restore_latest(root / "whole")
+    resumed_state, resumed_extra = restore_latest(root / "resumed")
+    assert int(whole_state["step"]) == int(resumed_state["step"]) == 8
+    # same batches in the same order, same data position
+    assert whole_extra["progress"]["data_crc32"] == resumed_extra["progress"]["data_crc32"]
+    assert whole_extra["sampler"] == resumed_extra["sampler"]
+    flat_whole = jax.tree_util.tree_leaves(whole_state["params"])
+    flat_resumed = jax.tree_util.tree_leaves(resumed_state["params"])
+    assert len(flat_whole) == len(flat_resumed) > 0
+    for a, b in zip(flat_whole, flat_resumed):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=0)
+    assert runs["resumed"]["test_bleu"] == pytest.approx(runs["whole"]["test_bleu"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_fresh_run_refuses_a_used_save_dir(runs):
+    with pytest.raises(SystemExit, match="--resume"):
+        runs["train"].main([*FAST, "--max-steps", "2", "--save-dir",
+                            str(runs["root"] / "whole")])
+    with pytest.raises(SystemExit, match="different"):
+        runs["train"].main([*FAST, "--max-steps", "2", "--seed", "1", "--resume",
+                            "--save-dir", str(runs["root"] / "whole")])
+
+
+@pytest.mark.slow
+def test_translate_script_reproduces_the_test_evaluation(runs, tmp_path):
+    save_dir = runs["root"] / "whole"
+    test_pairs = toy_translation("test", num_sentences=int(TOY.split(",")[2]), seed=0)
+    source = "".join(s + "\n" for s, _ in test_pairs)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "translate.py"), "--checkpoint", str(save_dir)],
+        input=source, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    hypotheses = result.stdout.splitlines()
+    expected = (save_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert hypotheses == expected
+    scores = bleu_scores(hypotheses, [t for _, t in test_pairs])
+    assert scores["bleu"] == pytest.approx(runs["whole"]["test_bleu"], abs=1e-9)
+    assert scores["signature"] == runs["whole"]["signature"]
+
+
+@pytest.mark.slow
+def test_final_params_load_for_translation(runs):
+    run = TranslationDir(runs["root"] / "whole")
+    config = run.read_config()
+    src_tok, tgt_tok = run.tokenizers(config["joint_spm"])
+    model = build_translation_model(config["model"], src_vocab_size=len(src_tok),
+                                    tgt_vocab_size=len(tgt_tok), pad_id=src_tok.pad_id,
+                                    shared_vocab=config["joint_spm"],
+                                    **config["model_overrides"])
+    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+    params, extra = run.load_final(target)
+    assert extra["source"] == runs["whole"]["evaluated"]
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(target)
