@@ -2,19 +2,25 @@
 
 No ``pmap`` and no custom collectives: processes join with ``jax.distributed``, devices form a
 ``Mesh`` with a ``data`` axis (and a ``model`` axis of size 1 unless asked for), each process
-feeds its local shard of the global batch through ``jax.make_array_from_process_local_data``,
-and ``jax.jit`` with ``NamedSharding`` in/out shardings inserts the gradient all-reduce.
+feeds its rows of the global batch through ``jax.make_array_from_process_local_data``, and
+``jax.jit`` with ``NamedSharding`` in/out shardings inserts the gradient all-reduce. A step over
+N devices computes the same update as one device on the same global batch.
 
 Typical use (the recipes do exactly this)::
 
     parallel.initialize()                      # no-op for a single process
-    mesh = parallel.make_mesh()                # all devices on the "data" axis
+    mesh = parallel.make_mesh()                # all devices of all processes on "data"
     sampler = FixedBucketSampler(..., num_shards=jax.process_count(),
                                  shard_id=jax.process_index())
-    state = parallel.replicate(state, mesh)
+    state = parallel.replicate(state, mesh)    # or shard_params(state, mesh, rules)
     step = make_train_step(loss_fn, opt, **parallel.train_step_shardings(mesh, state))
-    for batch in loader:                       # per-process numpy batch
+    for batch in loader:                       # this process's numpy rows
         state, metrics = step(state, parallel.global_batch(batch, mesh))
+
+Every process runs the same program: the same number of steps, the same batch shape at each
+step (the sharded samplers guarantee both), and the same calls to collective helpers
+(``to_host`` of sharded arrays, checkpoint saves). Only logging is process-0-only
+(``is_main_process``); Orbax checkpoints must be saved by *every* process.
 """
 
 from __future__ import annotations
@@ -26,21 +32,44 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 
-_ENV_COORDINATOR = ("TEXTKIT_COORDINATOR", "JAX_COORDINATOR_ADDRESS")
-_ENV_NUM_PROCESSES = ("TEXTKIT_NUM_PROCESSES", "JAX_NUM_PROCESSES")
-_ENV_PROCESS_ID = ("TEXTKIT_PROCESS_ID", "JAX_PROCESS_ID")
+ENV_COORDINATOR = ("TEXTKIT_COORDINATOR", "JAX_COORDINATOR_ADDRESS")
+ENV_NUM_PROCESSES = ("TEXTKIT_NUM_PROCESSES", "JAX_NUM_PROCESSES")
+ENV_PROCESS_ID = ("TEXTKIT_PROCESS_ID", "JAX_PROCESS_ID")
+
+PartitionRules = Sequence[tuple[str, PartitionSpec]]
 
 
-def _env(names: Sequence[str]) -> str | None:
+def _env(names: Sequence[str]) -> tuple[str, str] | None:
+    """``(name, value)`` of the first non-empty environment variable among ``names``."""
     for name in names:
         if os.environ.get(name):
-            return os.environ[name]
+            return name, os.environ[name]
     return None
+
+
+def _env_int(names: Sequence[str]) -> int | None:
+    found = _env(names)
+    if found is None:
+        return None
+    name, value = found
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} must be an integer") from None
+
+
+def _launched_by_cluster() -> bool:
+    """True inside a multi-task ``srun`` step or an Open MPI job, which JAX detects itself."""
+    for name in ("SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"):
+        if int(os.environ.get(name, "1") or "1") > 1:
+            return True
+    return False
 
 
 def initialize(
@@ -48,56 +77,93 @@ def initialize(
     num_processes: int | None = None,
     process_id: int | None = None,
     local_device_ids: Sequence[int] | None = None,
+    *,
     cpu_collectives: str = "gloo",
+    timeout_s: int = 300,
 ) -> bool:
     """Join a multi-process JAX job; return True when more than one process takes part.
 
-    Arguments fall back to ``TEXTKIT_COORDINATOR``/``JAX_COORDINATOR_ADDRESS``,
-    ``TEXTKIT_NUM_PROCESSES``/``JAX_NUM_PROCESSES`` and ``TEXTKIT_PROCESS_ID``/``JAX_PROCESS_ID``.
-    With none of them set and no cluster (SLURM, ...) detected by JAX, this is a no-op, so a
-    recipe can call it unconditionally. CPU collectives use ``cpu_collectives`` (gloo), which
-    must be chosen before any computation runs. Must be called before JAX touches a device.
+    Arguments left as None fall back to the environment: ``TEXTKIT_COORDINATOR`` or
+    ``JAX_COORDINATOR_ADDRESS`` ("host:port" of process 0), ``TEXTKIT_NUM_PROCESSES`` or
+    ``JAX_NUM_PROCESSES``, ``TEXTKIT_PROCESS_ID`` or ``JAX_PROCESS_ID``. Inside a multi-task
+    ``srun`` step (SLURM) or an Open MPI job, JAX fills in whatever is missing itself. With
+    none of these, or with one process, this is a no-op, so a recipe can call it
+    unconditionally. Call it before anything touches a JAX device. CPU cross-process
+    collectives use ``cpu_collectives`` ("gloo" or "mpi"). Calling it again is a no-op.
     """
-    coordinator_address = coordinator_address or _env(_ENV_COORDINATOR)
-    if num_processes is None and _env(_ENV_NUM_PROCESSES):
-        num_processes = int(_env(_ENV_NUM_PROCESSES))
-    if process_id is None and _env(_ENV_PROCESS_ID):
-        process_id = int(_env(_ENV_PROCESS_ID))
-    in_cluster = "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1
-    if coordinator_address is None and not in_cluster:
-        if num_processes not in (None, 1):
-            raise ValueError(
-                f"num_processes={num_processes} needs a coordinator address "
-                f"(argument or one of {', '.join(_ENV_COORDINATOR)})")
+    if jax.distributed.is_initialized():
+        return jax.process_count() > 1
+    if coordinator_address is None and (found := _env(ENV_COORDINATOR)):
+        coordinator_address = found[1]
+    if num_processes is None:
+        num_processes = _env_int(ENV_NUM_PROCESSES)
+    if process_id is None:
+        process_id = _env_int(ENV_PROCESS_ID)
+    if num_processes == 1:
+        if process_id not in (None, 0):
+            raise ValueError(f"process_id={process_id} but num_processes=1")
         return False
+    if coordinator_address is None and not _launched_by_cluster():
+        if num_processes is not None or process_id is not None:
+            raise ValueError(
+                f"num_processes={num_processes}, process_id={process_id} need a coordinator "
+                f"address ('host:port' of process 0): an argument or one of "
+                f"{', '.join(ENV_COORDINATOR)}")
+        return False
+    if coordinator_address is not None and not _launched_by_cluster():
+        missing = [name for name, value in
+                   (("num_processes", num_processes), ("process_id", process_id))
+                   if value is None]
+        if missing:
+            raise ValueError(
+                f"coordinator {coordinator_address} is set but {' and '.join(missing)} "
+                f"is not (arguments, or {ENV_NUM_PROCESSES[0]} / {ENV_PROCESS_ID[0]})")
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
         process_id=process_id,
         local_device_ids=local_device_ids,
+        initialization_timeout=timeout_s,
     )
     return jax.process_count() > 1
 
 
 def is_main_process() -> bool:
-    """True on process 0: the one that logs, writes summaries and drives progress bars."""
+    """True on process 0: the one that logs, prints summaries and shows progress bars."""
     return jax.process_index() == 0
+
+
+def per_process(global_size: int, name: str = "global batch size") -> int:
+    """This process's share of a global size (sentences, a token budget): ``global / processes``.
+
+    Raises ValueError when it does not divide evenly, since then the global batch would depend
+    on the number of processes.
+    """
+    processes = jax.process_count()
+    if global_size % processes:
+        raise ValueError(
+            f"{name} {global_size} does not split evenly over {processes} processes")
+    return global_size // processes
 
 
 def make_mesh(model_parallel: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A ``(data, model)`` mesh over ``devices`` (default: all devices of all processes).
 
-    ``model_parallel`` devices share one model replica along the ``model`` axis; parameters are
-    replicated along it unless ``shard_params`` rules say otherwise.
+    Devices are ordered by process, so each process owns a contiguous block of the ``data``
+    axis and the global batch is the processes' local batches concatenated in process order.
+    ``model_parallel`` devices share one replica along ``model``; parameters are replicated
+    along it unless ``shard_params`` rules split them.
     """
-    devices = list(jax.devices() if devices is None else devices)
-    if len(devices) % model_parallel:
+    devices = sorted(jax.devices() if devices is None else devices,
+                     key=lambda d: (d.process_index, d.id))
+    if model_parallel < 1 or len(devices) % model_parallel:
         raise ValueError(
             f"{len(devices)} devices cannot be split into model-parallel groups of "
             f"{model_parallel}")
     shape = (len(devices) // model_parallel, model_parallel)
-    return jax.make_mesh(shape, (DATA_AXIS, MODEL_AXIS), devices=devices)
+    return jax.make_mesh(shape, (DATA_AXIS, MODEL_AXIS),
+                         axis_types=(AxisType.Auto, AxisType.Auto), devices=devices)
 
 
 def data_sharding(mesh: Mesh) -> NamedSharding:
@@ -110,73 +176,116 @@ def replicated_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def local_batch_size(global_batch_size: int, mesh: Mesh) -> int:
-    """Rows of the global batch that this process feeds (processes own equal device counts)."""
-    data_size = mesh.shape[DATA_AXIS]
-    if global_batch_size % data_size:
-        raise ValueError(
-            f"global batch of {global_batch_size} rows does not split over {data_size} "
-            f"data-parallel devices")
-    return global_batch_size // jax.process_count()
-
-
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Turn this process's numpy batch (its rows of the global batch) into global arrays.
 
-    Every array is split along axis 0 over the ``data`` axis; the global batch is the
-    concatenation of the processes' local batches in process order.
+    Every array is split along axis 0 over ``data``; the global batch is the processes' local
+    batches concatenated in process order. Each process must feed the same shapes, with rows
+    divisible by its number of devices (a clear error names the field otherwise).
     """
     sharding = data_sharding(mesh)
-    return {
-        name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-        for name, value in local_batch.items()
-    }
+    local_devices = len(mesh.local_devices)
+    arrays = {}
+    for name, value in local_batch.items():
+        value = np.asarray(value)
+        if value.ndim == 0 or value.shape[0] % local_devices:
+            raise ValueError(
+                f"batch field {name!r} of shape {value.shape} cannot be split over this "
+                f"process's {local_devices} devices: its rows must be a multiple of "
+                f"{local_devices}")
+        arrays[name] = jax.make_array_from_process_local_data(sharding, value)
+    return arrays
+
+
+def _path_name(path: Any) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def param_shardings(tree: Any, mesh: Mesh, rules: PartitionRules = ()) -> Any:
+    """A ``NamedSharding`` per leaf of ``tree`` (params, or a whole ``TrainState``).
+
+    The first rule whose regex ``search``-matches the leaf's '/'-joined path (e.g.
+    ``params/encoder/layer_0/ffn/dense_in/kernel``) gives its ``PartitionSpec``, e.g.
+    ``(r"ffn/dense_in/kernel$", P(None, "model"))``; unmatched leaves are replicated. On a
+    ``TrainState`` the same rules also place the optimizer moments, whose paths end alike.
+    """
+    compiled = [(re.compile(pattern), spec) for pattern, spec in rules]
+
+    def sharding_for(path: Any, leaf: Any) -> NamedSharding:
+        name = _path_name(path)
+        for pattern, spec in compiled:
+            if pattern.search(name):
+                if len(spec) > np.ndim(leaf):
+                    raise ValueError(
+                        f"rule {pattern.pattern!r} gives {spec} to {name!r}, which has only "
+                        f"{np.ndim(leaf)} dimensions (shape {np.shape(leaf)})")
+                return NamedSharding(mesh, spec)
+        return replicated_sharding(mesh)
+
+    return jax.tree_util.tree_map_with_path(sharding_for, tree)
+
+
+def _put(leaf: Any, sharding: Sharding) -> jax.Array:
+    """``leaf`` placed with ``sharding``; with several processes each takes its own slices
+    from a host copy (every process must hold the same value, e.g. from the same seed)."""
+    if jax.process_count() == 1 or (
+            isinstance(leaf, jax.Array) and not leaf.is_fully_addressable):
+        return jax.device_put(leaf, sharding)
+    host = np.asarray(jax.device_get(leaf))
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def shard_params(tree: Any, mesh: Mesh, rules: PartitionRules = ()) -> Any:
+    """Place ``tree`` (params or a ``TrainState``) on ``mesh`` following ``rules``
+    (see ``param_shardings``); with no rules every leaf is replicated."""
+    return jax.tree_util.tree_map(_put, tree, param_shardings(tree, mesh, rules))
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
     """Place every leaf of ``tree`` (params, optimizer state, ...) on all devices of ``mesh``."""
-    return jax.device_put(tree, replicated_sharding(mesh))
+    return shard_params(tree, mesh)
 
 
-def param_shardings(
-    params: Any, mesh: Mesh, rules: Sequence[tuple[str, PartitionSpec]] = ()
-) -> Any:
-    """A sharding per leaf of ``params``: the first rule whose regex matches the leaf's
-    '/'-joined path gives its ``PartitionSpec`` (e.g. ``(r"ffn/.*kernel", P(None, "model"))``);
-    unmatched leaves are replicated."""
-    compiled = [(re.compile(pattern), spec) for pattern, spec in rules]
-
-    def sharding_for(path, _leaf):
-        name = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-        for pattern, spec in compiled:
-            if pattern.search(name):
-                return NamedSharding(mesh, spec)
-        return replicated_sharding(mesh)
-
-    return jax.tree_util.tree_map_with_path(sharding_for, params)
-
-
-def shard_params(
-    params: Any, mesh: Mesh, rules: Sequence[tuple[str, PartitionSpec]] = ()
-) -> Any:
-    """Place ``params`` on ``mesh`` following ``rules`` (see ``param_shardings``)."""
-    return jax.device_put(params, param_shardings(params, mesh, rules))
+def _shardings_of(tree: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda x: x if isinstance(x, Sharding) else x.sharding, tree,
+        is_leaf=lambda x: isinstance(x, Sharding))
 
 
 def train_step_shardings(mesh: Mesh, state: Any) -> dict[str, Any]:
-    """``in_shardings``/``out_shardings`` for ``make_train_step``: the state keeps the
-    sharding it was placed with, the batch is split over ``data``, metrics are replicated."""
-    state_sharding = jax.tree_util.tree_map(lambda x: x.sharding, state)
+    """``in_shardings``/``out_shardings`` keyword arguments for ``make_train_step``.
+
+    ``state`` is the placed ``TrainState`` (or a pytree of its shardings): it keeps its
+    placement across steps (so donation reuses its buffers), the batch is split over ``data``
+    and the metrics come back replicated.
+    """
+    state_shardings = _shardings_of(state)
     return {
-        "in_shardings": (state_sharding, data_sharding(mesh)),
-        "out_shardings": (state_sharding, replicated_sharding(mesh)),
+        "in_shardings": (state_shardings, data_sharding(mesh)),
+        "out_shardings": (state_shardings, replicated_sharding(mesh)),
+    }
+
+
+def eval_step_shardings(mesh: Mesh, params: Any) -> dict[str, Any]:
+    """``in_shardings``/``out_shardings`` for ``make_eval_step`` (see ``train_step_shardings``)."""
+    return {
+        "in_shardings": (_shardings_of(params), data_sharding(mesh)),
+        "out_shardings": replicated_sharding(mesh),
     }
 
 
 def to_host(tree: Any) -> Any:
-    """Fetch a replicated (or fully addressable) pytree as numpy on every process."""
-    return jax.tree_util.tree_map(
-        lambda x: np.asarray(jax.device_get(x.addressable_data(0)))
-        if isinstance(x, jax.Array) and x.is_fully_replicated else np.asarray(x),
-        tree,
-    )
+    """The pytree as numpy arrays, whole, on every process.
+
+    Replicated and process-local arrays are read locally; arrays split across processes are
+    gathered, which is a collective: then every process must call this with the same tree.
+    """
+
+    def fetch(x: Any) -> np.ndarray:
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return np.asarray(jax.device_get(x))
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree_util.tree_map(fetch, tree)
