@@ -16,3 +16,5 @@ __all__ += ["Transformer", "TransformerConfig"]
 from textkit.models.gnmt import GNMT, GNMTConfig  # noqa: E402
 from textkit.models.lstm_lm import AWDLSTMLM, AWDLSTMLMConfig, LSTMLM, LSTMLMConfig  # noqa: E402,I001
 __all__ += ["AWDLSTMLM", "AWDLSTMLMConfig", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig"]
+from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig  # noqa: E402,I001,E501
+__all__ += ["RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig"]

@@ -1,0 +1,276 @@
+"""Sentence classifiers on (pretrained) word embeddings: Kim's TextCNN and an (Bi)LSTM.
+
+Both take ``tokens`` int32 [B, T] (padding is ``config.pad_id``, real tokens first) and return
+``logits`` float32 [B, num_classes]. Padding is invisible: its embeddings are zeroed and the
+pooling only sees positions (or convolution windows) that touch a real token, so appending
+padding never changes the output.
+
+Embedding modes (Kim 2014):
+
+* ``rand``: one table, random init, trained.
+* ``static``: one pretrained table, frozen.
+* ``non-static``: one pretrained table, fine-tuned.
+* ``multichannel``: a frozen and a fine-tuned copy of the pretrained table, concatenated on the
+  feature axis (for TextCNN this is Kim's "each filter is applied to both channels and the
+  results are added").
+
+A frozen table lives in params under the name ``frozen_embedding`` (a tuned one under
+``embedding``). The forward pass reads it through ``stop_gradient`` so its gradient is exactly
+zero, and ``make_optimizer(tx)`` (``optax.multi_transform`` with ``optax.set_to_zero`` on
+``trainable_mask(params) == False`` leaves) keeps weight decay or any other update from moving
+it and keeps no optimizer state for it. Use ``init_classifier(model, rng, pretrained)`` to
+initialize params with the matrix from ``TokenEmbedding.for_vocab``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from textkit.models.registry import register_model
+from textkit.precision import Policy, mask_value
+
+__all__ = [
+    "EMBEDDING_MODES",
+    "TextCNNConfig",
+    "TextCNN",
+    "RNNClassifierConfig",
+    "RNNClassifier",
+    "init_classifier",
+    "load_pretrained",
+    "trainable_mask",
+    "make_optimizer",
+]
+
+EMBEDDING_MODES = ("rand", "static", "non-static", "multichannel")
+FROZEN = "frozen_embedding"
+TUNED = "embedding"
+
+
+def _check_common(config: Any) -> None:
+    if config.mode not in EMBEDDING_MODES:
+        raise ValueError(f"unknown embedding mode {config.mode!r}; expected one of "
+                         f"{EMBEDDING_MODES}")
+    if config.vocab_size <= 0 or config.embed_dim <= 0 or config.num_classes < 2:
+        raise ValueError(f"need vocab_size > 0, embed_dim > 0, num_classes >= 2; got {config}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {config.dropout}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextCNNConfig:
+    """Kim (2014) CNN: filter windows ``windows`` with ``num_filters`` maps each, ReLU,
+    max-over-time pooling, dropout, dense to ``num_classes``. (Kim's l2 max-norm constraint on
+    the output weights is not applied: Zhang & Wallace 2015 found it has little effect.)"""
+
+    vocab_size: int
+    num_classes: int = 2
+    embed_dim: int = 300
+    mode: str = "rand"
+    windows: tuple[int, ...] = (3, 4, 5)
+    num_filters: int = 100
+    dropout: float = 0.5
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        _check_common(self)
+        if not self.windows or min(self.windows) < 1 or self.num_filters < 1:
+            raise ValueError(f"need windows >= 1 and num_filters >= 1; got {self.windows}, "
+                             f"{self.num_filters}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RNNClassifierConfig:
+    """LSTM (or BiLSTM) over the embeddings, ``mean`` or ``max`` pooling of the outputs over
+    the real tokens, dropout, dense to ``num_classes``. ``hidden_size`` is per direction."""
+
+    vocab_size: int
+    num_classes: int = 2
+    embed_dim: int = 300
+    mode: str = "rand"
+    hidden_size: int = 150
+    bidirectional: bool = False
+    pooling: str = "mean"
+    dropout: float = 0.5
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        _check_common(self)
+        if self.pooling not in ("mean", "max"):
+            raise ValueError(f"pooling must be 'mean' or 'max', got {self.pooling!r}")
+
+
+def _kim_uniform(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+    """Kim's init for random word vectors: U[-0.25, 0.25]."""
+    return jax.random.uniform(key, shape, dtype, -0.25, 0.25)
+
+
+class EmbeddingChannels(nn.Module):
+    """Looks up ``tokens`` int32 [B, T] in the mode's tables -> [B, T, channels * D] in the
+    compute dtype, zero at padding positions."""
+
+    vocab_size: int
+    embed_dim: int
+    mode: str
+    pad_id: int
+    policy: Policy
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        shape = (self.vocab_size, self.embed_dim)
+        channels = []
+        if self.mode in ("static", "multichannel"):
+            table = self.param(FROZEN, _kim_uniform, shape, self.policy.param_dtype)
+            channels.append(jnp.take(jax.lax.stop_gradient(table), tokens, axis=0))
+        if self.mode in ("rand", "non-static", "multichannel"):
+            table = self.param(TUNED, _kim_uniform, shape, self.policy.param_dtype)
+            channels.append(jnp.take(table, tokens, axis=0))
+        x = jnp.concatenate(channels, axis=-1).astype(self.policy.compute_dtype)  # [B,T,C*D]
+        return x * (tokens != self.pad_id)[..., None].astype(x.dtype)
+
+
+class TextCNN(nn.Module):
+    """Kim's CNN sentence classifier; see ``TextCNNConfig``."""
+
+    config: TextCNNConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+        """tokens int32 [B, T] -> logits float32 [B, num_classes]."""
+        cfg, policy = self.config, self.config.policy
+        x = EmbeddingChannels(cfg.vocab_size, cfg.embed_dim, cfg.mode, cfg.pad_id, policy,
+                              name="embed")(tokens)                       # [B, T, C*D]
+        lengths = jnp.sum(tokens != cfg.pad_id, axis=-1)                  # [B]
+        pooled = []
+        for w in cfg.windows:
+            # Wide convolution (w-1 zeros each side, as Kim's code pads): output j covers
+            # positions j-w+1 .. j, and touches a real token iff j < length + w - 1.
+            h = nn.Conv(cfg.num_filters, (w,), padding=[(w - 1, w - 1)],
+                        dtype=policy.compute_dtype, param_dtype=policy.param_dtype,
+                        name=f"conv{w}")(x)                               # [B, T+w-1, K]
+            h = nn.relu(h.astype(jnp.float32))
+            touches_real = jnp.arange(h.shape[1])[None, :] < (lengths[:, None] + w - 1)
+            h = jnp.where(touches_real[..., None], h, mask_value(jnp.float32))
+            pooled.append(jnp.max(h, axis=1))                             # [B, K]
+        features = jnp.concatenate(pooled, axis=-1)                       # [B, len(windows)*K]
+        features = nn.Dropout(cfg.dropout)(features, deterministic=deterministic)
+        logits = nn.Dense(cfg.num_classes, dtype=jnp.float32, param_dtype=policy.param_dtype,
+                          name="output")(features)  # logits in float32 (tiny matmul)
+        return logits
+
+
+class RNNClassifier(nn.Module):
+    """(Bi)LSTM sentence classifier; see ``RNNClassifierConfig``."""
+
+    config: RNNClassifierConfig
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
+        """tokens int32 [B, T] -> logits float32 [B, num_classes]."""
+        cfg, policy = self.config, self.config.policy
+        x = EmbeddingChannels(cfg.vocab_size, cfg.embed_dim, cfg.mode, cfg.pad_id, policy,
+                              name="embed")(tokens)                       # [B, T, C*D]
+        mask = tokens != cfg.pad_id                                       # [B, T]
+        lengths = jnp.sum(mask, axis=-1)                                  # [B]
+
+        def lstm(name: str) -> nn.RNN:
+            cell = nn.OptimizedLSTMCell(cfg.hidden_size, dtype=policy.compute_dtype,
+                                        param_dtype=policy.param_dtype, name=name)
+            return nn.RNN(cell)
+
+        if cfg.bidirectional:
+            rnn = nn.Bidirectional(lstm("lstm_forward"), lstm("lstm_backward"))
+        else:
+            rnn = lstm("lstm")
+        # The backward direction uses seq_lengths to reverse only the real tokens.
+        h = rnn(x, seq_lengths=lengths).astype(jnp.float32)               # [B, T, H or 2H]
+        if cfg.pooling == "mean":
+            total = jnp.sum(jnp.where(mask[..., None], h, 0.0), axis=1)
+            pooled = total / jnp.maximum(lengths, 1)[:, None].astype(jnp.float32)
+        else:
+            pooled = jnp.max(jnp.where(mask[..., None], h, mask_value(jnp.float32)), axis=1)
+            pooled = jnp.where((lengths > 0)[:, None], pooled, 0.0)       # empty dummy rows
+        pooled = nn.Dropout(cfg.dropout)(pooled, deterministic=deterministic)
+        return nn.Dense(cfg.num_classes, dtype=jnp.float32, param_dtype=policy.param_dtype,
+                        name="output")(pooled)
+
+
+# ------------------------------------------------------------------- params and optimizer
+def _is_embedding(path: tuple[Any, ...]) -> bool:
+    return bool(path) and getattr(path[-1], "key", None) in (FROZEN, TUNED)
+
+
+def load_pretrained(params: Any, matrix: np.ndarray | jax.Array) -> Any:
+    """Copy of ``params`` with every embedding table (frozen and tuned) set to ``matrix``
+    float [vocab_size, embed_dim], cast to the table's dtype."""
+    matrix = jnp.asarray(matrix)
+
+    def replace(path, leaf):
+        if not _is_embedding(path):
+            return leaf
+        if matrix.shape != leaf.shape:
+            raise ValueError(f"pretrained matrix has shape {tuple(matrix.shape)}, the model's "
+                             f"embedding {jax.tree_util.keystr(path)} needs {leaf.shape} "
+                             "(vocab_size, embed_dim)")
+        return matrix.astype(leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(replace, params)
+
+
+def init_classifier(model: TextCNN | RNNClassifier, rng: jax.Array,
+                    pretrained: np.ndarray | jax.Array | None = None) -> Any:
+    """``params`` for ``model``; ``pretrained`` float [vocab_size, embed_dim] (e.g. the matrix
+    of ``TokenEmbedding.for_vocab``) is required for every mode except ``rand``, where it is
+    refused."""
+    mode = model.config.mode
+    if (pretrained is None) != (mode == "rand"):
+        raise ValueError(f"embedding mode {mode!r} " + (
+            "takes no pretrained matrix" if mode == "rand" else "needs a pretrained matrix"))
+    tokens = jnp.full((1, max(getattr(model.config, "windows", (1,)))), model.config.pad_id,
+                      jnp.int32)
+    params = jax.jit(model.init)(rng, tokens)["params"]
+    return params if pretrained is None else load_pretrained(params, pretrained)
+
+
+def trainable_mask(params: Any) -> Any:
+    """Pytree of bools like ``params``: False for frozen embedding tables, True elsewhere
+    (usable with ``optax.masked``)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: not any(getattr(k, "key", None) == FROZEN for k in path), params)
+
+
+def make_optimizer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``tx`` on the trainable params; frozen embeddings get zero updates and no state."""
+
+    def labels(params):
+        return jax.tree.map(lambda t: "train" if t else "frozen", trainable_mask(params))
+
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+# ----------------------------------------------------------------------------------- presets
+@register_model("textcnn", family="classification")
+def textcnn(**overrides: Any) -> TextCNN:
+    """Kim's CNN (windows 3/4/5 x 100 maps, dropout 0.5, 300-d embeddings); pass
+    ``vocab_size`` and optionally ``mode``, ``num_classes``, ``embed_dim`` ..."""
+    return TextCNN(TextCNNConfig(**overrides))
+
+
+@register_model("lstm_classifier", family="classification")
+def lstm_classifier(**overrides: Any) -> RNNClassifier:
+    """One-direction LSTM (150 units), mean pooling, dropout 0.5; pass ``vocab_size``."""
+    return RNNClassifier(RNNClassifierConfig(**overrides))
+
+
+@register_model("bilstm_classifier", family="classification")
+def bilstm_classifier(**overrides: Any) -> RNNClassifier:
+    """BiLSTM (150 units per direction), mean pooling, dropout 0.5; pass ``vocab_size``."""
+    return RNNClassifier(RNNClassifierConfig(**{"bidirectional": True, **overrides}))
