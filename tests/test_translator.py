@@ -5,9 +5,11 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from textkit.data.tokenizers import SentencePieceTokenizer
+from textkit.models import beam_search, get_model, greedy_search, model_step_fn
 from textkit.models.translator import Translator, encode_and_search
 
 SENTENCES = [
@@ -92,3 +94,55 @@ def test_mismatched_padding_is_reported(tokenizer):
         Translator(Configured(), {}, tokenizer, tokenizer)
     with pytest.raises(ValueError, match="batch_size"):
         Translator(model, {}, tokenizer, tokenizer, batch_size=0)
+
+
+class IdTokenizer:
+    """Ids in, ids out: only the special ids matter to ``translate_ids``."""
+
+    pad_id, bos_id, eos_id = 1, 2, 3
+
+
+@pytest.fixture(scope="module")
+def tiny_transformer():
+    model = get_model("transformer_tiny", src_vocab_size=24, tgt_vocab_size=24, dropout=0.0,
+                      pad_id=IdTokenizer.pad_id)
+    dummy = jnp.full((1, 8), IdTokenizer.bos_id, jnp.int32)
+    return model, model.init(jax.random.key(0), dummy, dummy)["params"]
+
+
+def _decode_alone(model, params, source, max_length):
+    src = jnp.asarray([source], jnp.int32)                                    # [1, S] unpadded
+    memory = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, memory, src, max_length, method="init_cache")
+    return beam_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, beam_size=3,
+                       max_length=max_length, eos_id=IdTokenizer.eos_id, alpha=0.6,
+                       pad_id=IdTokenizer.pad_id)
+
+
+def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transformer):
+    model, params = tiny_transformer
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(4, 24, size=n).tolist() for n in (7, 2, 13, 5, 3, 9)]
+    translator = Translator(model, params, IdTokenizer(), IdTokenizer(), beam_size=3,
+                            alpha=0.6, max_length=12, batch_size=4)
+    outputs = translator.translate_ids(sources)
+    assert translator.compiled_shapes == {(4, 8, 12), (4, 16, 12)}
+    for index in (2, 4):   # the longest source (16-wide batch) and one padded 3 -> 8
+        alone = _decode_alone(model, params, sources[index], 12)
+        hypothesis = np.asarray(alone.tokens[0, 0, :alone.lengths[0, 0]]).tolist()
+        assert outputs[index] == [t for t in hypothesis if t != IdTokenizer.eos_id]
+    assert all(len(o) <= 12 for o in outputs) and any(outputs)
+
+
+def test_transformer_beam_one_equals_greedy_without_eos(tiny_transformer):
+    model, params = tiny_transformer
+    src = jnp.asarray(np.random.default_rng(1).integers(4, 24, size=(3, 8)), jnp.int32)
+    memory = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, memory, src, 6, method="init_cache")
+    options = dict(max_length=6, eos_id=IdTokenizer.eos_id, pad_id=IdTokenizer.pad_id,
+                   min_length=6)
+    beam = beam_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, beam_size=1,
+                       alpha=0.0, **options)
+    greedy = greedy_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, **options)
+    np.testing.assert_array_equal(beam.tokens, greedy.tokens)
+    np.testing.assert_allclose(beam.scores, greedy.scores, rtol=1e-5)
