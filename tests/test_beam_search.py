@@ -27,6 +27,7 @@ from textkit.models.sampling import greedy_search
 VOCAB, LENGTH, ROWS, WIDE = 5, 4, 3, 128
 # Other tests share one shape so that they share compiled programs.
 V, L, B = 10, 8, 6
+PAD_ID = 1   # textkit's <pad> for the real models
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
@@ -188,3 +189,53 @@ def test_bad_arguments_are_reported():
     bad_cache = {**cache, "pos": jnp.zeros((3,), jnp.int32)}
     with pytest.raises(ValueError, match="leading"):
         beam_search(table_step, params, bad_cache, BOS, beam_size=2, max_length=3, eos_id=EOS)
+
+
+@pytest.mark.slow
+def test_gnmt_sentence_alone_equals_sentence_in_padded_batch():
+    """Real recurrent cache (LSTM state + attention memory) reordered by parent beam."""
+    from textkit.models import get_model, model_step_fn
+
+    model = get_model("gnmt_tiny", src_vocab_size=20, tgt_vocab_size=20, dropout=0.0,
+                      pad_id=PAD_ID)
+    rng = np.random.default_rng(0)
+    src = np.full((3, 8), PAD_ID, np.int32)
+    lengths = [8, 3, 5]
+    for row, n in enumerate(lengths):
+        src[row, :n] = rng.integers(4, 20, size=n)
+    params = model.init(jax.random.key(0), jnp.asarray(src[:1]), jnp.asarray(src[:1]))["params"]
+
+    def decode(source):
+        memory = model.apply({"params": params}, source, method="encode")
+        cache = model.apply({"params": params}, memory, source, 7, method="init_cache")
+        return beam_search(model_step_fn(model), params, cache, 2, beam_size=3, max_length=7,
+                           eos_id=3, n_best=3, pad_id=PAD_ID)
+
+    batch = decode(jnp.asarray(src))
+    alone = decode(jnp.asarray(src[1:2, :lengths[1]]))
+    np.testing.assert_array_equal(alone.tokens[0], batch.tokens[1])
+    np.testing.assert_allclose(alone.scores[0], batch.scores[1], rtol=1e-4)
+    assert np.all(np.diff(np.asarray(batch.scores), axis=1) <= 0)
+
+
+@pytest.mark.slow
+def test_language_model_prefix_continuation_matches_full_forward():
+    """prefill + greedy_search continue a prompt exactly as argmax over the full forward pass."""
+    from textkit.models import get_model, model_step_fn, prefill
+
+    model = get_model("lstm_lm_tiny", vocab_size=30, dropout=0.0, pad_id=PAD_ID)
+    prompt = jnp.asarray(np.random.default_rng(1).integers(4, 30, size=(2, 5)), jnp.int32)
+    params = model.init(jax.random.key(0), prompt)["params"]
+    step_fn = model_step_fn(model)
+    cache = model.apply({"params": params}, 2, 16, method="init_cache")
+    cache, last = prefill(step_fn, params, cache, prompt)
+    out = greedy_search(step_fn, params, cache, last, max_length=6, eos_id=3, pad_id=PAD_ID,
+                        min_length=6)
+    tokens = prompt
+    for _ in range(6):
+        logits, _ = model.apply({"params": params}, tokens)
+        tokens = jnp.concatenate([tokens, jnp.argmax(logits[:, -1], -1)[:, None]], axis=1)
+    np.testing.assert_array_equal(out.tokens[:, 0], tokens[:, 5:])
+    beam = beam_search(step_fn, params, cache, last, beam_size=2, max_length=6, eos_id=3,
+                       pad_id=PAD_ID, n_best=2)
+    assert beam.tokens.shape == (2, 2, 6)
