@@ -1,6 +1,7 @@
 """LSTM LM and AWD-LSTM LM: shapes, BPTT state carry, decode_step, padding, dropout, policies."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -36,16 +37,19 @@ def _tokens(seed=0, batch=3, length=10):
     return jnp.asarray(rng.randint(4, VOCAB, (batch, length)), jnp.int32)
 
 
-def _init(config, tokens):
-    model = _model(config)
-    return model, jax.jit(model.init)(jax.random.key(0), tokens)["params"]
+@functools.cache
+def _model_and_params(name):
+    """One initialised model per entry of CONFIGS, shared by the tests (init compiles are the
+    slowest part of these tests)."""
+    model = _model(CONFIGS[name])
+    return model, jax.jit(model.init)(jax.random.key(0), _tokens())["params"]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_shapes_bptt_carry_causality_and_decode_step(name):
     config = CONFIGS[name]
     tokens = _tokens()
-    model, params = _init(config, tokens)
+    model, params = _model_and_params(name)
     forward = jax.jit(lambda x, s: model.apply({"params": params}, x, s))
 
     logits, state = forward(tokens, None)
@@ -83,12 +87,12 @@ def test_shapes_bptt_carry_causality_and_decode_step(name):
 
 
 def test_padding_keeps_the_state_of_the_last_real_token():
-    config = CONFIGS["tied"]
     tokens = _tokens(length=6)
-    model, params = _init(config, tokens)
+    model, params = _model_and_params("tied")
     padded = jnp.concatenate([tokens, jnp.full((3, 4), PAD, jnp.int32)], axis=1)
-    logits_short, state_short = model.apply({"params": params}, tokens)
-    logits_long, state_long = model.apply({"params": params}, padded)
+    forward = jax.jit(lambda x: model.apply({"params": params}, x))
+    logits_short, state_short = forward(tokens)
+    logits_long, state_long = forward(padded)
     np.testing.assert_allclose(logits_long[:, :6], logits_short, atol=1e-6)
     for (h, c), (h_ref, c_ref) in zip(state_long, state_short):
         np.testing.assert_allclose(h, h_ref, atol=1e-6)
@@ -97,9 +101,8 @@ def test_padding_keeps_the_state_of_the_last_real_token():
 
 @pytest.mark.parametrize("name", ["tied", "awd"])
 def test_dropout_and_weight_drop_only_when_not_deterministic(name):
-    config = CONFIGS[name]
     tokens = _tokens()
-    model, params = _init(config, tokens)
+    model, params = _model_and_params(name)
 
     @jax.jit
     def run(rng):
@@ -117,7 +120,8 @@ def test_awd_weight_drop_alone_changes_training_outputs():
     config = dataclasses.replace(CONFIGS["awd"], embedding_dropout=0.0, input_dropout=0.0,
                                  hidden_dropout=0.0, output_dropout=0.0)
     tokens = _tokens()
-    model, params = _init(config, tokens)
+    model = _model(config)
+    params = _model_and_params("awd")[1]
     no_drop = _model(dataclasses.replace(config, weight_drop=0.0))
 
     @jax.jit
@@ -135,7 +139,8 @@ def test_awd_weight_drop_alone_changes_training_outputs():
 def test_awd_embedding_dropout_drops_whole_word_types():
     config = dataclasses.replace(CONFIGS["awd"], embedding_dropout=0.5)
     tokens = jnp.asarray(np.tile(np.arange(4, 24), (2, 3)), jnp.int32)   # each type 6 times
-    model, params = _init(config, tokens)
+    model = _model(config)
+    params = _model_and_params("awd")[1]
     embedded = model.apply({"params": params}, params["embedding"], tokens, False,
                            method=AWDLSTMLM._dropped_embedding, rngs={"dropout": jax.random.key(2)})
     table = np.asarray(params["embedding"])[np.asarray(tokens)]
@@ -145,13 +150,15 @@ def test_awd_embedding_dropout_drops_whole_word_types():
         assert len(np.unique(ratio[np.asarray(tokens) == token])) == 1
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16", "bfloat16"])
 def test_dtypes_follow_policy(policy):
     expected = Policy.parse(policy)
     tokens = _tokens()
-    for config in (CONFIGS["tied_projected"], CONFIGS["awd"]):
-        model, params = _init(dataclasses.replace(config, policy=policy), tokens)
-        assert all(p.dtype == expected.param_dtype for p in jax.tree.leaves(params))
+    for name in ("tied_projected", "awd"):
+        model = _model(dataclasses.replace(CONFIGS[name], policy=policy))
+        shapes = jax.eval_shape(model.init, jax.random.key(0), tokens)["params"]
+        assert all(p.dtype == expected.param_dtype for p in jax.tree.leaves(shapes))
+        params = expected.cast_to_param(_model_and_params(name)[1])
         logits, state = jax.jit(lambda p, m=model: m.apply({"params": p}, tokens))(params)
         assert logits.dtype == jnp.float32 and np.isfinite(np.asarray(logits)).all()
         assert all(h.dtype == c.dtype == jnp.float32 for h, c in state)

@@ -5,14 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textkit.models.rnn import (
-    LSTM,
-    BidirectionalLSTM,
-    PolicyDense,
-    policy_matmul,
-    reverse_padded,
-    zero_state,
-)
+from textkit.models.rnn import LSTM, BidirectionalLSTM, reverse_padded, zero_state
 from textkit.precision import Policy
 
 
@@ -112,16 +105,19 @@ def test_weight_drop_only_when_not_deterministic():
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
-def test_dtypes_follow_policy(policy):
+def test_dtypes_follow_policy_forward_and_backward(policy):
     policy = Policy.parse(policy)
-    x = jnp.ones((2, 3, 4), jnp.float32)
+    x = jnp.asarray(np.random.RandomState(5).randn(2, 3, 4), jnp.float32)
     layer, params = _init_lstm(6, x, policy=policy)
-    out, (h, c) = layer.apply({"params": params}, x)
     assert all(p.dtype == policy.param_dtype for p in jax.tree.leaves(params))
+
+    def loss(p):
+        out, (h, c) = layer.apply({"params": p}, x, mask=jnp.ones((2, 3), bool))
+        return out.astype(jnp.float32).sum() + h.sum() + c.sum(), (out, h, c)
+
+    grads, (out, h, c) = jax.jit(jax.grad(loss, has_aux=True))(params)
     assert out.dtype == policy.compute_dtype
-    assert h.dtype == c.dtype == jnp.float32
-    dense = PolicyDense(3, policy)
-    y = dense.apply(dense.init(jax.random.key(0), x), x)
-    assert y.dtype == jnp.float32
-    assert policy_matmul(x, jnp.ones((4, 2)), policy.compute_dtype).dtype == jnp.float32
-    assert zero_state(2, 6)[0].dtype == jnp.float32
+    assert h.dtype == c.dtype == zero_state(2, 6)[0].dtype == jnp.float32
+    for name, grad in grads.items():
+        assert grad.dtype == policy.param_dtype, name
+        assert np.isfinite(np.asarray(grad)).all() and np.abs(np.asarray(grad)).max() > 0, name

@@ -27,8 +27,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textkit.models.layers import Dense, mixed_einsum
 from textkit.models.registry import register_model
-from textkit.models.rnn import LSTM, BidirectionalLSTM, LSTMState, PolicyDense, zero_state
+from textkit.models.rnn import LSTM, BidirectionalLSTM, LSTMState, zero_state
 from textkit.precision import Policy, mask_value
 
 ATTENTION_KINDS = ("scaled_dot", "luong", "bahdanau")
@@ -78,10 +79,10 @@ class RecurrentAttention(nn.Module):
     policy: Policy = Policy()
 
     def setup(self):
-        self.key_projection = PolicyDense(self.hidden_size, self.policy,
+        self.key_projection = Dense(self.hidden_size, self.policy,
                                           use_bias=self.kind == "bahdanau")
         if self.kind != "luong":
-            self.query_projection = PolicyDense(self.hidden_size, self.policy, use_bias=False)
+            self.query_projection = Dense(self.hidden_size, self.policy, use_bias=False)
         if self.kind == "bahdanau":
             self.score_vector = self.param("score_vector",
                                            nn.initializers.normal(self.hidden_size ** -0.5),
@@ -99,18 +100,15 @@ class RecurrentAttention(nn.Module):
         if self.kind == "bahdanau":
             q = self.query_projection(query)                                   # f32 [B,T,H]
             hidden = jnp.tanh(q[:, :, None, :] + keys[:, None, :, :].astype(jnp.float32))
-            scores = jnp.einsum("btsh,h->bts", hidden.astype(cdt),
-                                self.score_vector.astype(cdt), preferred_element_type=jnp.float32)
+            scores = mixed_einsum("btsh,h->bts", hidden, self.score_vector, cdt)
         else:
             q = query if self.kind == "luong" else self.query_projection(query)
-            scores = jnp.einsum("bth,bsh->bts", q.astype(cdt), keys.astype(cdt),
-                                preferred_element_type=jnp.float32)
+            scores = mixed_einsum("bth,bsh->bts", q, keys, cdt)
             if self.kind == "scaled_dot":
                 scores = scores * self.hidden_size ** -0.5
         scores = jnp.where(src_mask[:, None, :], scores, mask_value(jnp.float32))
         weights = jax.nn.softmax(scores, axis=-1)                              # f32 [B,T,S]
-        context = jnp.einsum("bts,bsd->btd", weights.astype(cdt), memory.astype(cdt),
-                             preferred_element_type=jnp.float32)
+        context = mixed_einsum("bts,bsd->btd", weights, memory, cdt)
         return context.astype(cdt)
 
 
@@ -131,7 +129,7 @@ class GNMT(nn.Module):
                                for _ in range(cfg.num_encoder_layers - 1)]
         self.decoder_layers = [LSTM(cfg.hidden_size, pol) for _ in range(cfg.num_decoder_layers)]
         self.attention = RecurrentAttention(cfg.attention, cfg.hidden_size, pol)
-        self.output_projection = PolicyDense(cfg.tgt_vocab_size, pol)
+        self.output_projection = Dense(cfg.tgt_vocab_size, pol)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def _embed(self, table: jax.Array, tokens: jax.Array) -> jax.Array:

@@ -27,8 +27,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textkit.models.layers import Dense, mixed_einsum
 from textkit.models.registry import register_model
-from textkit.models.rnn import LSTM, LSTMState, PolicyDense, policy_matmul, zero_state
+from textkit.models.rnn import LSTM, LSTMState, zero_state
 from textkit.precision import Policy
 
 
@@ -128,13 +129,14 @@ class _RecurrentLM(nn.Module):
         """``x [B,T,H_last]`` -> logits float32 ``[B,T,V]`` (tied to ``embedding`` or not)."""
         cfg = self.config
         if not cfg.tie_weights:
-            return PolicyDense(cfg.vocab_size, cfg.policy, name="output")(x)
+            return Dense(cfg.vocab_size, cfg.policy, name="output")(x)
         if x.shape[-1] != cfg.embed_size:
-            x = PolicyDense(cfg.embed_size, cfg.policy, use_bias=False,
+            x = Dense(cfg.embed_size, cfg.policy, use_bias=False,
                             name="tied_projection")(x)
         bias = self.param("output_bias", nn.initializers.zeros, (cfg.vocab_size,),
                           cfg.policy.param_dtype)
-        return policy_matmul(x, embedding.T, cfg.policy.compute_dtype) + bias.astype(jnp.float32)
+        logits = mixed_einsum("...d,vd->...v", x, embedding, cfg.policy.compute_dtype)
+        return logits + bias.astype(jnp.float32)
 
 
 class LSTMLM(_RecurrentLM):

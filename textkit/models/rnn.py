@@ -1,9 +1,10 @@
-"""LSTM building blocks: a scanned LSTM layer, a bidirectional layer and policy-aware matmuls.
+"""LSTM building blocks: a scanned LSTM layer, a bidirectional layer, padded-row reversal.
 
 Speed layout: the input-to-hidden projection of all time steps is one large matmul done before
 the time loop (``[T,B,D] @ [D,4H] -> [T,B,4H]``); the ``jax.lax.scan`` body only does the small
-``h @ W_hh`` and the gate non-linearities. Matmul inputs are cast to the policy's compute dtype
-and accumulate in float32 (``preferred_element_type``); the cell and hidden carry stay float32.
+``h @ W_hh`` and the gate non-linearities. Matmuls go through ``layers.mixed_einsum`` (inputs in
+the policy's compute dtype, float32 accumulation, compute-dtype backward); the cell and hidden
+carry stay float32.
 
 Padding: a boolean ``mask [B,T]`` (True at real tokens, right padding) freezes the carry at padded
 steps and zeroes their outputs, so the final carry is the state after each row's last real token.
@@ -15,22 +16,15 @@ Gate layout in the fused ``[.., 4H]`` matrices is ``(input, forget, cell, output
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textkit.models.layers import mixed_einsum
 from textkit.precision import Policy
 
 LSTMState = tuple[jax.Array, jax.Array]
 """``(h, c)``, both float32 ``[B,H]``."""
-
-
-def policy_matmul(x: jax.Array, w: jax.Array, compute_dtype: Any) -> jax.Array:
-    """``x @ w`` with both inputs in ``compute_dtype`` and a float32 result."""
-    return jnp.matmul(x.astype(compute_dtype), w.astype(compute_dtype),
-                      preferred_element_type=jnp.float32)
 
 
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
@@ -63,29 +57,6 @@ def _lstm_bias_init(forget_bias: float):
 _lstm_kernel_init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
 
 
-class PolicyDense(nn.Module):
-    """Affine map ``x @ kernel + bias`` in the compute dtype with a float32 result.
-
-    ``x [..., D] -> float32 [..., features]``; params in the policy's param dtype.
-    """
-
-    features: int
-    policy: Policy = Policy()
-    use_bias: bool = True
-    kernel_init: Any = nn.initializers.lecun_normal()
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
-                            self.policy.param_dtype)
-        y = policy_matmul(x, kernel, self.policy.compute_dtype)
-        if self.use_bias:
-            bias = self.param("bias", nn.initializers.zeros, (self.features,),
-                              self.policy.param_dtype)
-            y = y + bias.astype(jnp.float32)
-        return y
-
-
 class LSTM(nn.Module):
     """One unidirectional LSTM layer scanned over time.
 
@@ -116,8 +87,9 @@ class LSTM(nn.Module):
 
         # One matmul for the input projection of every step, time-major. (Transposing the
         # input, not the product: XLA:CPU has no bf16 x bf16 -> f32 dot with a transposed output.)
-        gates_x = policy_matmul(jnp.swapaxes(inputs, 0, 1), w_ih, cdt) + bias.astype(jnp.float32)
-        w_hh = w_hh.astype(cdt)
+        gates_x = mixed_einsum("tbd,dg->tbg", jnp.swapaxes(inputs, 0, 1), w_ih, cdt)
+        gates_x = gates_x + bias.astype(jnp.float32)
+        w_hh = w_hh.astype(cdt)  # cast once, outside the loop
         if carry is None:
             carry = zero_state(batch, hidden)
         carry = tuple(x.astype(jnp.float32) for x in carry)
@@ -126,7 +98,7 @@ class LSTM(nn.Module):
         def step(state, xs):
             h, c = state
             gx, m = xs
-            gates = gx + jnp.dot(h.astype(cdt), w_hh, preferred_element_type=jnp.float32)
+            gates = gx + mixed_einsum("bh,hg->bg", h, w_hh, cdt)
             i, f, g, o = jnp.split(gates, 4, axis=-1)
             c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
             h_new = jax.nn.sigmoid(o) * jnp.tanh(c_new)
