@@ -74,7 +74,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-dir", default=None, help="folder of the corpus files")
     p.add_argument("--src-lang", default=None)
     p.add_argument("--tgt-lang", default=None)
-    p.add_argument("--toy-sizes", default="12000,500,500", help="toy train,valid,test pairs")
+    p.add_argument("--toy-sizes", default="12000,200,500", help="toy train,valid,test pairs")
     p.add_argument("--precision", default="float32",
                    choices=["float32", "mixed_bfloat16", "mixed_float16"])
     p.add_argument("--spm-vocab-size", type=int, default=None,
@@ -92,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clip-norm", type=float, default=1.0)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--max-steps", type=int, default=None, help="overrides --epochs")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--eval-interval", type=int, default=500,
                    help="steps between validation BLEU + checkpoint (0: at the end only)")
     p.add_argument("--valid-size", type=int, default=0,
