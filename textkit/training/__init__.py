@@ -26,3 +26,4 @@ __all__ = [
 ]
 from textkit.training.language_model import lm_loss_fn, lm_optimizer, make_lm_eval_step, make_lm_train_step, stream_nll, stream_windows  # noqa: E402,F401,I001,E501
 from textkit.training.seq2seq import Seq2SeqBatchify, TranslationDir, bleu_scores, build_translation_model, make_seq2seq_loader, make_seq2seq_loss  # noqa: E402,F401,I001,E501
+from textkit.training.classification import ClassificationBatchify, ClassificationLoss, CrossValidation, FoldResult, bucketed_loader, cross_validate, evaluate_classifier, train_and_evaluate  # noqa: E402,F401,I001,E501
