@@ -12,8 +12,13 @@ Examples (the built-in generated corpus needs no download)::
 
     python examples/language_model/train.py --model lstm_lm_tiny --epochs 3
     python examples/language_model/train.py --dataset ptb --data-dir ../shared/data/ptb \\
-        --model lstm_lm_200 --batch-size 20 --bptt 35 --optimizer sgd --lr 1 --clip 5 \\
+        --model lstm_lm_200 --batch-size 20 --bptt 35 --optimizer sgd --lr 35 --clip 0.143 \\
         --decay-on epoch --decay-start 4 --lr-decay 0.5 --epochs 13 --save-dir runs/ptb_small
+
+The loss minimised is the mean NLL per token. Zaremba et al.'s "lr 1, clip 5" apply to the sum
+over the ``bptt`` time steps of the batch-mean loss, i.e. a gradient ``bptt`` times larger: the
+same updates are ``--lr 35 --clip 0.143`` here (PyTorch's word_language_model: lr 20, clip 0.25,
+the defaults below).
 
 Writes ``<save-dir>/config.json``, ``vocab.json``, ``train.log``, ``checkpoints/`` and
 ``summary.json`` (config, valid_ppl, test_ppl, wall_s, tokens_per_s, per-epoch history).
@@ -77,14 +82,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-bptt", type=int,
                    help="evaluation window (batch size 1, state carried); default --bptt")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
-    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=20.0,
+                   help="learning rate for the per-token mean loss (Adam: ~1e-3)")
     p.add_argument("--lr-decay", type=float, default=0.25, help="learning-rate decay factor")
     p.add_argument("--decay-on", choices=("plateau", "epoch"), default="plateau",
                    help="plateau: decay when valid ppl does not improve; epoch: every epoch")
     p.add_argument("--decay-start", type=int, default=1,
                    help="first epoch after which the learning rate may decay")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--clip", type=float, default=5.0, help="global gradient-norm clip (0: off)")
+    p.add_argument("--clip", type=float, default=0.25,
+                   help="global gradient-norm clip of the per-token mean loss (0: off)")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--time-budget-min", type=float,
                    help="stop training after this many minutes of training (then validate "
