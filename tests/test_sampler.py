@@ -274,11 +274,36 @@ def test_stats_reports_counts_keys_sizes_and_padding():
         (dict(lengths=[3], batch_size=2, bucket_scheme="cubic"), "bucket_scheme"),
         (dict(lengths=[3], batch_size=2, num_shards=2, shard_id=2), "shard_id"),
         (dict(lengths=[], batch_size=2), "non-empty"),
+        (dict(lengths=[30], batch_size=40, batch_size_unit="tokens", batch_rows_multiple=2),
+         "1 rows, fewer than batch_rows_multiple=2"),
+        (dict(lengths=[3], batch_size=2, batch_rows_multiple=0), "batch_rows_multiple"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FixedBucketSampler(**kwargs)
+
+
+@pytest.mark.parametrize("num_shards", [1, 2])
+def test_batch_rows_multiple_rounds_rows_down_and_keeps_the_global_batch(num_shards):
+    # token budget 200: buckets of padded length 8, 16, 24 get 25, 12, 8 rows; multiple 4 ->
+    # 24, 12, 8. Over 2 shards with half the budget and half the multiple the global rows and the
+    # global batches (as sets of samples) are the same as with 1 shard.
+    lengths = make_lengths(1)[:300] % 24 + 1
+    plain = FixedBucketSampler(lengths, 200, bucket_keys=[8, 16, 24], batch_size_unit="tokens")
+    assert plain.bucket_batch_sizes.tolist() == [25, 12, 8]
+    rounded = FixedBucketSampler(lengths, 200, bucket_keys=[8, 16, 24], batch_size_unit="tokens",
+                                 batch_rows_multiple=4, shuffle=True, seed=3)
+    assert rounded.bucket_batch_sizes.tolist() == [24, 12, 8]
+    assert [s.rows for s in rounded.bucket_shapes] == [24, 12, 8]
+    shards = [FixedBucketSampler(lengths, 200 // num_shards, bucket_keys=[8, 16, 24],
+                                 batch_size_unit="tokens", batch_rows_multiple=4 // num_shards,
+                                 shuffle=True, seed=3, num_shards=num_shards, shard_id=s)
+              for s in range(num_shards)]
+    assert (shards[0].bucket_batch_sizes * num_shards).tolist() == [24, 12, 8]
+    for whole, parts in zip(rounded, zip(*shards)):
+        assert sorted(np.concatenate([p.indices for p in parts]).tolist()) == sorted(whole)
+        assert {p.shape.rows * num_shards for p in parts} == {whole.shape.rows}
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -229,6 +229,9 @@ class FixedBucketSampler(_ResumableSampler):
         no rounding).
       last_batch: "pad" keeps partial batches with dummy rows; "drop" drops them.
       num_shards, shard_id: this process's share of every global batch (see module docstring).
+      batch_rows_multiple: round every bucket's (per-shard) rows down to a multiple of this, e.g.
+        the number of devices a shard's rows are split over (a bucket left with no rows is an
+        error).
 
     A sample goes to the first bucket whose key fits it in every field.
     """
@@ -248,6 +251,7 @@ class FixedBucketSampler(_ResumableSampler):
         last_batch: Literal["pad", "drop"] = "pad",
         num_shards: int = 1,
         shard_id: int = 0,
+        batch_rows_multiple: int = 1,
     ):
         super().__init__(seed)
         self._lengths = _as_length_matrix(lengths, "lengths")
@@ -261,11 +265,14 @@ class FixedBucketSampler(_ResumableSampler):
             raise ValueError(f"last_batch must be 'pad' or 'drop', got {last_batch!r}")
         if num_shards < 1 or not 0 <= shard_id < num_shards:
             raise ValueError(f"need 0 <= shard_id < num_shards, got {shard_id} and {num_shards}")
+        if batch_rows_multiple < 1:
+            raise ValueError(f"batch_rows_multiple must be >= 1, got {batch_rows_multiple}")
         if ratio < 0 or (ratio and batch_size_unit == "tokens"):
             raise ValueError("ratio must be >= 0 and is only used with batch_size_unit='sentences'")
         self._shuffle, self._last_batch = bool(shuffle), last_batch
         self._num_shards, self._shard_id = int(num_shards), int(shard_id)
         self._batch_size, self._batch_size_unit = int(batch_size), batch_size_unit
+        self._rows_multiple = int(batch_rows_multiple)
 
         self.bucket_keys = self._padded_keys(bucket_keys, num_buckets, bucket_scheme, round_to)
         self._bucket_of = self._assign(self._lengths, self.bucket_keys)
@@ -349,15 +356,17 @@ class FixedBucketSampler(_ResumableSampler):
         longest = self.bucket_keys.max(axis=1)
         if self._batch_size_unit == "tokens":
             sizes = self._batch_size // longest
-            if (sizes < 1).any():
-                k = int(np.argmax(sizes < 1))
-                raise ValueError(
-                    f"token budget {self._batch_size} is smaller than bucket {k}'s padded "
-                    f"length {int(longest[k])}"
-                )
-            return sizes
-        scaled = np.floor(longest.max() / longest * ratio * self._batch_size).astype(np.int64)
-        return np.maximum(scaled, self._batch_size)
+        else:
+            scaled = np.floor(longest.max() / longest * ratio * self._batch_size).astype(np.int64)
+            sizes = np.maximum(scaled, self._batch_size)
+        if (sizes < self._rows_multiple).any():
+            k = int(np.argmax(sizes < self._rows_multiple))
+            unit = "token budget" if self._batch_size_unit == "tokens" else "batch size"
+            raise ValueError(
+                f"{unit} {self._batch_size} gives bucket {k} (padded length {int(longest[k])}) "
+                f"{int(sizes[k])} rows, fewer than batch_rows_multiple={self._rows_multiple}"
+            )
+        return sizes // self._rows_multiple * self._rows_multiple
 
     def __len__(self) -> int:
         return int(self._bucket_num_batches.sum())
