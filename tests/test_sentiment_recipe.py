@@ -104,7 +104,8 @@ def test_toy_run_learns_and_writes_summary(tmp_path):
     script = load_script()
     summary = script.main(["--toy-sentences", "1200", "--epochs", "5", "--embed-dim", "32",
                            "--num-filters", "32", "--optimizer", "adam", "--lr", "1e-2",
-                           "--batch-size", "32", "--save-dir", str(tmp_path), "--no-progress"])
+                           "--batch-size", "32", "--num-buckets", "2", "--save-dir", str(tmp_path),
+                           "--no-progress"])
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary))
     assert {"config", "accuracy_mean", "accuracy_std", "folds", "wall_s"} <= set(written)
@@ -125,7 +126,8 @@ def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
     summary = script.main(["--toy-sentences", "400", "--epochs", "2", "--mode", mode,
                            "--model", model, "--embedding-path", str(vectors),
                            "--num-filters", "16", "--hidden-size", "16", "--optimizer", "adam",
-                           "--batch-size", "32", "--save-dir", str(tmp_path), "--no-progress"])
+                           "--batch-size", "32", "--num-buckets", "2", "--save-dir", str(tmp_path),
+                           "--no-progress"])
     coverage = summary["embedding_coverage"]
     assert coverage["dim"] == 100 and 0 < coverage["found"] <= coverage["vocab"]
     assert f"cover {coverage['found']:,} of {coverage['vocab']:,} vocab tokens" in \

@@ -226,10 +226,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _, result = train_and_evaluate(train_step, eval_step, state, train_loader, test_loader,
                                        epochs=args.epochs, fold=fold,
                                        eval_every_epoch=args.eval_every_epoch,
-                                       progress=not args.no_progress)
-        for record in result.history:
-            tqdm.write(f"fold {fold} epoch {record['epoch']}: " + ", ".join(
-                f"{k} {v:.4f}" for k, v in record.items() if k != "epoch"))
+                                       progress=not args.no_progress,
+                                       on_epoch=lambda record: tqdm.write(
+                                           f"fold {fold} epoch {record['epoch']}: " + ", ".join(
+                                               f"{k} {v:.4f}" for k, v in record.items()
+                                               if k != "epoch")))
         tqdm.write(f"fold {fold}: test accuracy {result.accuracy:.4f} on "
                    f"{result.test_samples:,} sentences ({result.wall_s:.1f} s)")
         return result

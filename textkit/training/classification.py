@@ -133,13 +133,15 @@ class FoldResult:
 
 def train_and_evaluate(train_step: Callable, eval_step: Callable, state: TrainState,
                        train_loader: DataLoader, test_loader: DataLoader, *, epochs: int,
-                       fold: int = 0, eval_every_epoch: bool = False,
-                       progress: bool = True) -> tuple[TrainState, FoldResult]:
+                       fold: int = 0, eval_every_epoch: bool = False, progress: bool = True,
+                       on_epoch: Callable[[dict[str, float]], None] | None = None,
+                       ) -> tuple[TrainState, FoldResult]:
     """Train ``epochs`` epochs over ``train_loader``, then evaluate on ``test_loader``.
 
     ``train_step``/``eval_step`` come from ``make_train_step``/``make_eval_step`` with a
     ``ClassificationLoss``; build them once and reuse them for every fold, so the programs
-    compile once per bucket shape. Progress is a tqdm bar over all steps of the fold.
+    compile once per bucket shape. Progress is a tqdm bar over all steps of the fold;
+    ``on_epoch(record)`` receives each epoch's metrics (the last one after the test).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -159,15 +161,15 @@ def train_and_evaluate(train_step: Callable, eval_step: Callable, state: TrainSt
         sums = jax.device_get(sums)
         record = {"epoch": epoch + 1, "train_loss": float(sums["loss_sum"] / sums["tokens"]),
                   "train_accuracy": float(sums["correct"] / sums["tokens"])}
-        if eval_every_epoch and epoch + 1 < epochs:
+        if eval_every_epoch or epoch + 1 == epochs:  # the result is the last epoch's
             test = evaluate_classifier(eval_step, state.params, test_loader)
             record.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
         history.append(record)
         bar.set_postfix(loss=f"{record['train_loss']:.3f}",
                         acc=f"{record['train_accuracy']:.3f}")
+        if on_epoch is not None:
+            on_epoch(record)
     bar.close()
-    test = evaluate_classifier(eval_step, state.params, test_loader)
-    history[-1].update(test_accuracy=test["accuracy"], test_loss=test["loss"])
     return state, FoldResult(fold=fold, accuracy=test["accuracy"], loss=test["loss"],
                              train_samples=len(train_loader.dataset),
                              test_samples=test["count"], history=history,
