@@ -27,13 +27,20 @@ def _batch(seed=0, batch=3, src_len=7, tgt_len=6):
     return jnp.asarray(src), jnp.asarray(tgt)
 
 
+def _random_params(model, *args):
+    """Params of ``model``'s shapes filled with U(-0.3, 0.3) by numpy: no compile of the
+    random initializers (which costs seconds per model on CPU); ``init`` itself is tested
+    in the copy-task test."""
+    shapes = jax.eval_shape(model.init, jax.random.key(0), *args)["params"]
+    rng = np.random.RandomState(0)
+    return jax.tree.map(lambda s: jnp.asarray(rng.uniform(-0.3, 0.3, s.shape), s.dtype), shapes)
+
+
 @functools.cache
 def _model_and_params(attention):
-    """One initialised TINY model per attention kind, shared by the tests (init compiles are
-    the slowest part of these tests)."""
-    src, tgt = _batch()
+    """One TINY model and its params per attention kind, shared by the tests."""
     model = GNMT(dataclasses.replace(TINY, attention=attention))
-    return model, jax.jit(model.init)(jax.random.key(0), src, tgt)["params"]
+    return model, _random_params(model, *_batch())
 
 
 @pytest.mark.parametrize("attention", ["scaled_dot", "luong", "bahdanau"])
@@ -96,7 +103,7 @@ def test_dropout_only_when_not_deterministic():
     assert np.abs(np.asarray(training - reference)).max() > 1e-4
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16", "bfloat16"])
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_dtypes_follow_policy(policy):
     src, tgt = _batch()
     model = GNMT(dataclasses.replace(TINY, policy=policy, attention="bahdanau"))
@@ -156,12 +163,14 @@ def test_iwslt_parameter_count_matches_the_architecture():
     assert count == expected
 
 
-def test_every_parameter_gets_gradient_and_a_copy_task_loss_falls():
-    model, params = _model_and_params("scaled_dot")
+def test_init_then_every_parameter_gets_gradient_and_a_copy_task_loss_falls():
+    model = GNMT(TINY)
     rng = np.random.RandomState(0)
     src = jnp.asarray(rng.randint(4, 12, (16, 5)), jnp.int32)
     tgt_in = jnp.concatenate([jnp.full((16, 1), 2, jnp.int32), src], axis=1)
     tgt_out = jnp.concatenate([src, jnp.full((16, 1), 3, jnp.int32)], axis=1)
+    params = jax.jit(model.init)(jax.random.key(0), src, tgt_in)["params"]
+    assert all(np.isfinite(np.asarray(p)).all() for p in jax.tree.leaves(params))
     optimizer = optax.adam(1e-2)
 
     def loss_fn(p):

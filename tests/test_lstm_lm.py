@@ -37,12 +37,20 @@ def _tokens(seed=0, batch=3, length=10):
     return jnp.asarray(rng.randint(4, VOCAB, (batch, length)), jnp.int32)
 
 
+def _random_params(model, *args):
+    """Params of ``model``'s shapes filled with U(-0.3, 0.3) by numpy: no compile of the
+    random initializers (which costs seconds per model on CPU); ``init`` itself is tested
+    in test_init_of_a_preset."""
+    shapes = jax.eval_shape(model.init, jax.random.key(0), *args)["params"]
+    rng = np.random.RandomState(0)
+    return jax.tree.map(lambda s: jnp.asarray(rng.uniform(-0.3, 0.3, s.shape), s.dtype), shapes)
+
+
 @functools.cache
 def _model_and_params(name):
-    """One initialised model per entry of CONFIGS, shared by the tests (init compiles are the
-    slowest part of these tests)."""
+    """One model and its params per entry of CONFIGS, shared by the tests."""
     model = _model(CONFIGS[name])
-    return model, jax.jit(model.init)(jax.random.key(0), _tokens())["params"]
+    return model, _random_params(model, _tokens())
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -61,8 +69,8 @@ def test_shapes_bptt_carry_causality_and_decode_step(name):
     np.testing.assert_array_equal(forward(tokens, initial)[0], logits)
 
     # BPTT: two consecutive windows with the carried state equal one long window.
-    first_logits, carried = forward(tokens[:, :4], None)
-    second_logits, final = forward(tokens[:, 4:], carried)
+    first_logits, carried = forward(tokens[:, :5], None)
+    second_logits, final = forward(tokens[:, 5:], carried)
     np.testing.assert_allclose(jnp.concatenate([first_logits, second_logits], 1), logits,
                                atol=1e-5)
     for (h, c), (h_ref, c_ref) in zip(final, state):
@@ -150,7 +158,7 @@ def test_awd_embedding_dropout_drops_whole_word_types():
         assert len(np.unique(ratio[np.asarray(tokens) == token])) == 1
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16", "bfloat16"])
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_dtypes_follow_policy(policy):
     expected = Policy.parse(policy)
     tokens = _tokens()
@@ -183,3 +191,13 @@ def test_presets_are_registered_with_their_sizes():
     shapes = jax.eval_shape(awd.init, jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
     assert shapes["lstm_2"]["w_hh"].shape == (400, 1600)
     assert "output" not in shapes and shapes["embedding"].shape == (10000, 400)
+
+
+def test_init_of_a_preset():
+    model = get_model("lstm_lm_tiny", hidden_size=24)
+    params = jax.jit(model.init)(jax.random.key(0), _tokens())["params"]
+    assert params["embedding"].shape == (1000, 32)
+    assert params["tied_projection"]["kernel"].shape == (24, 32)
+    np.testing.assert_array_equal(params["output_bias"], 0.0)
+    np.testing.assert_array_equal(params["lstm_0"]["bias"][24:48], 1.0)   # forget gate
+    assert 0 < float(jnp.abs(params["embedding"]).max()) <= 0.1

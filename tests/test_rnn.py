@@ -44,7 +44,7 @@ def test_lstm_matches_numpy_reference_from_a_given_carry():
     layer, params = _init_lstm(7, x)
     h0 = rng.randn(2, 7).astype(np.float32)
     c0 = rng.randn(2, 7).astype(np.float32)
-    out, (h, c) = layer.apply({"params": params}, x, (h0, c0))
+    out, (h, c) = jax.jit(layer.apply)({"params": params}, x, (h0, c0))
     ref_out, ref_h, ref_c = _numpy_lstm(jax.tree.map(np.asarray, params), x, h0, c0)
     np.testing.assert_allclose(out, ref_out, atol=1e-5)
     np.testing.assert_allclose(h, ref_h, atol=1e-5)
@@ -61,8 +61,9 @@ def test_mask_freezes_carry_and_zeroes_padded_outputs():
     x = rng.randn(1, 8, 4).astype(np.float32)
     layer, params = _init_lstm(6, x)
     mask = jnp.array([[True] * 5 + [False] * 3])
-    out, carry = layer.apply({"params": params}, x, mask=mask)
-    short_out, short_carry = layer.apply({"params": params}, x[:, :5])
+    apply = jax.jit(layer.apply)
+    out, carry = apply({"params": params}, x, mask=mask)
+    short_out, short_carry = apply({"params": params}, x[:, :5])
     np.testing.assert_allclose(out[:, :5], short_out, atol=1e-6)
     np.testing.assert_array_equal(out[:, 5:], 0.0)
     for a, b in zip(carry, short_carry):
@@ -74,9 +75,10 @@ def test_bidirectional_outputs_ignore_padding_length():
     real = rng.randn(1, 4, 3).astype(np.float32)
     module = BidirectionalLSTM(5)
     padded = np.concatenate([real, rng.randn(1, 6, 3).astype(np.float32)], axis=1)  # junk pad
-    params = module.init(jax.random.key(0), padded, jnp.ones((1, 10), bool))["params"]
-    out_short = module.apply({"params": params}, real, jnp.ones((1, 4), bool))
-    out_long = module.apply({"params": params}, padded, jnp.arange(10)[None] < 4)
+    params = jax.jit(module.init)(jax.random.key(0), padded, jnp.ones((1, 10), bool))["params"]
+    apply = jax.jit(module.apply)
+    out_short = apply({"params": params}, real, jnp.ones((1, 4), bool))
+    out_long = apply({"params": params}, padded, jnp.arange(10)[None] < 4)
     assert out_long.shape == (1, 10, 10)
     np.testing.assert_allclose(out_long[:, :4], out_short, atol=1e-6)
     np.testing.assert_array_equal(out_long[:, 4:], 0.0)
@@ -86,8 +88,8 @@ def test_bidirectional_backward_half_reads_from_the_last_real_token():
     rng = np.random.RandomState(3)
     x = rng.randn(1, 4, 3).astype(np.float32)
     module = BidirectionalLSTM(5)
-    params = module.init(jax.random.key(0), x, jnp.ones((1, 4), bool))["params"]
-    out = module.apply({"params": params}, x, jnp.ones((1, 4), bool))
+    params = jax.jit(module.init)(jax.random.key(0), x, jnp.ones((1, 4), bool))["params"]
+    out = jax.jit(module.apply)({"params": params}, x, jnp.ones((1, 4), bool))
     backward = jax.tree.map(np.asarray, params["backward"])
     ref, _, _ = _numpy_lstm(backward, x[:, ::-1], np.zeros((1, 5)), np.zeros((1, 5)))
     np.testing.assert_allclose(out[:, :, 5:], ref[:, ::-1], atol=1e-5)
@@ -96,10 +98,15 @@ def test_bidirectional_backward_half_reads_from_the_last_real_token():
 def test_weight_drop_only_when_not_deterministic():
     x = jnp.asarray(np.random.RandomState(4).randn(2, 5, 3), jnp.float32)
     layer, params = _init_lstm(8, x, weight_drop=0.5)
-    plain = LSTM(8).apply({"params": params}, x)[0]
-    rngs = {"dropout": jax.random.key(1)}
-    deterministic = layer.apply({"params": params}, x, deterministic=True, rngs=rngs)[0]
-    dropped = layer.apply({"params": params}, x, deterministic=False, rngs=rngs)[0]
+
+    @jax.jit
+    def run(rng):
+        rngs = {"dropout": rng}
+        return (LSTM(8).apply({"params": params}, x)[0],
+                layer.apply({"params": params}, x, deterministic=True, rngs=rngs)[0],
+                layer.apply({"params": params}, x, deterministic=False, rngs=rngs)[0])
+
+    plain, deterministic, dropped = run(jax.random.key(1))
     np.testing.assert_array_equal(deterministic, plain)
     assert np.abs(np.asarray(dropped) - np.asarray(plain)).max() > 1e-3
 
