@@ -5,8 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textkit.models.attention import (MultiHeadAttention, causal_mask, dot_product_attention,
-                                      padding_mask, position_mask)
+from textkit.models.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    dot_product_attention,
+    padding_mask,
+    position_mask,
+)
 from textkit.models.layers import Dense, mixed_einsum, sinusoidal_positions
 from textkit.precision import Policy
 
@@ -28,6 +33,25 @@ def dot_generals(fn, *args):
 
     visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
+
+
+def check_matmul_dtypes(dots, policy):
+    """Projection/logit matmuls (forward and backward) take compute-dtype operands; the
+    attention score/value products take float32 ones (the 4-D "bqhd"-style einsums); every
+    result is float32."""
+    compute = np.dtype(policy.compute_dtype)
+    projections = attention = 0
+    for eqn in dots:
+        dtypes = {a.aval.dtype for a in eqn.invars}
+        assert eqn.outvars[0].aval.dtype == jnp.float32
+        batched = bool(eqn.params["dimension_numbers"][1][0])
+        if batched:
+            assert dtypes == {np.dtype(np.float32)}
+            attention += 1
+        else:
+            assert dtypes == {compute}, eqn
+            projections += 1
+    assert projections and attention
 
 
 def reference_attention(q, k, v, mask):
@@ -60,7 +84,7 @@ def test_attention_matches_reference_with_padding_and_causal_mask():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_fully_masked_row_is_finite(dtype):
     q = k = v = jnp.ones((1, 2, 1, 4), dtype)
-    out = dot_product_attention(q, k, v, jnp.zeros((1, 1, 2, 2), bool), compute_dtype=dtype)
+    out = dot_product_attention(q, k, v, jnp.zeros((1, 1, 2, 2), bool))
     assert bool(jnp.all(jnp.isfinite(out)))
 
 
@@ -129,3 +153,21 @@ def test_attention_dropout_needs_rng_and_changes_output():
     a = apply(variables, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
     b = apply(variables, x)
     assert not np.allclose(a, b)
+
+
+@pytest.mark.parametrize("compute", [jnp.bfloat16, jnp.float16])
+def test_low_precision_attention_layer_gradients_run(compute):
+    # Guards against XLA:CPU's missing bf16 x bf16 -> f32 kernels for transposed operands.
+    attention = MultiHeadAttention(num_heads=2, d_model=8, policy=Policy(jnp.float32, compute))
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
+    variables = attention.init(jax.random.PRNGKey(1), x, causal_mask(5))
+
+    def loss(v):
+        return jnp.sum(attention.apply(v, x, causal_mask(5)) ** 2)
+
+    grads = jax.jit(jax.grad(loss))(variables)
+    exact = jax.grad(lambda v: jnp.sum(MultiHeadAttention(num_heads=2, d_model=8).apply(
+        v, x, causal_mask(5)) ** 2))(variables)
+    for got, want in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(exact)):
+        assert got.dtype == jnp.float32
+        np.testing.assert_allclose(got, want, rtol=0.1, atol=0.1)

@@ -1,10 +1,10 @@
 """Multi-head dot-product attention with padding/causal masks and a key/value cache.
 
-Masks are boolean and broadcastable to [B, heads, queries, keys] (True = may attend). Scores are
-computed from compute-dtype queries/keys with float32 accumulation, masked with a finite fill
+Masks are boolean and broadcastable to [B, heads, queries, keys] (True = may attend). The
+projections are compute-dtype matmuls with float32 results; the score and value products run in
+float32 (see ``dot_product_attention``); scores are masked with a finite fill
 (``textkit.precision.mask_value(float32)``, so an all-masked dummy row gives a uniform
-distribution, never NaN) and soft-maxed in float32; the probabilities are cast back to the
-compute dtype for the value product.
+distribution, never NaN) and soft-maxed in float32.
 
 Incremental decoding uses an explicit cache pytree, never flax's mutable "cache" collection:
 ``{"key": [B, max_len, H, Dh], "value": [B, max_len, H, Dh]}`` in the compute dtype, with the
@@ -13,14 +13,12 @@ write position passed separately as int32[B] (the model keeps it in its own cach
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.models.layers import Dense, mixed_einsum
+from textkit.models.layers import Dense
 from textkit.precision import Policy, mask_value
 
 Array = jax.Array
@@ -42,24 +40,27 @@ def position_mask(positions: Array, max_length: int) -> Array:
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
-                          compute_dtype: Any = jnp.float32, dropout_rate: float = 0.0,
-                          dropout_rng: Array | None = None,
+                          dropout_rate: float = 0.0, dropout_rng: Array | None = None,
                           deterministic: bool = True) -> Array:
-    """Scaled dot-product attention.
+    """Scaled dot-product attention, computed in float32.
 
-    query [B, Q, H, Dh], key/value [B, K, H, Dh] (any float dtype), mask bool broadcastable to
-    [B, H, Q, K] or None -> float32 [B, Q, H, Dh].
+    query [B, Q, H, Dh], key/value [B, K, H, Dh] (any float dtype; projections arrive from
+    compute-dtype matmuls), mask bool broadcastable to [B, H, Q, K] or None -> float32
+    [B, Q, H, Dh]. The two batched products run in float32 on purpose: XLA:CPU has no
+    bf16 x bf16 -> f32 kernel for some of their backward operand layouts ("Unsupported element
+    type for DotThunk"), and a bf16 result would round the scores before the softmax. They are
+    a small share of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
     """
     depth = query.shape[-1]
-    query = query * np.float32(depth ** -0.5)
-    scores = mixed_einsum("bqhd,bkhd->bhqk", query, key, compute_dtype)  # f32 [B, H, Q, K]
+    query = query.astype(jnp.float32) * np.float32(depth ** -0.5)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key.astype(jnp.float32))
     if mask is not None:
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
     if not deterministic and dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
         probs = jnp.where(keep, probs / np.float32(1.0 - dropout_rate), 0.0)
-    return mixed_einsum("bhqk,bkhd->bqhd", probs, value, compute_dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, value.astype(jnp.float32))
 
 
 def update_cache(cache: dict[str, Array], key: Array, value: Array,
@@ -118,7 +119,9 @@ class MultiHeadAttention(nn.Module):
             key, value = kv
         else:
             qkv = self.qkv(inputs_q)  # f32 [B, Q, 3, H, Dh]
-            query, key, value = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+            query = qkv[..., 0, :, :]
+            # Keys/values are rounded to the compute dtype as the decoding cache stores them.
+            key, value = (qkv[..., i, :, :].astype(self.policy.compute_dtype) for i in (1, 2))
             if cache is not None:
                 cache = update_cache(cache, key, value, positions)
                 key, value = cache["key"], cache["value"]
@@ -126,10 +129,8 @@ class MultiHeadAttention(nn.Module):
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        out = dot_product_attention(query, key, value, mask,
-                                    compute_dtype=self.policy.compute_dtype,
-                                    dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
-                                    deterministic=deterministic)
+        out = dot_product_attention(query, key, value, mask, dropout_rate=self.dropout_rate,
+                                    dropout_rng=dropout_rng, deterministic=deterministic)
         out = self.out(out)
         return out if cache is None else (out, cache)
 

@@ -29,15 +29,29 @@ def _is_float32(dtype: Any) -> bool:
     return np.dtype(dtype) == np.dtype(np.float32)
 
 
+def _einsum_f32(spec: str, a: Array, b: Array) -> Array:
+    """``einsum`` with a float32 result, operands ordered so that the first operand's free
+    indices lead in the output: XLA:CPU has no bf16 x bf16 -> f32 kernel for the swapped
+    (transposed-output) dot and fails at run time with "Unsupported element type for DotThunk"."""
+    inputs, out = spec.split("->")
+    a_spec, b_spec = inputs.split(",")
+
+    def first_free(own: str, other: str) -> int:
+        return min((out.index(c) for c in own if c not in other and c in out), default=len(out))
+
+    if first_free(b_spec, a_spec) < first_free(a_spec, b_spec):
+        a, b, a_spec, b_spec = b, a, b_spec, a_spec
+    return jnp.einsum(f"{a_spec},{b_spec}->{out}", a, b, preferred_element_type=jnp.float32)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
 def _low_precision_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
-    return jnp.einsum(spec, x.astype(compute_dtype), y.astype(compute_dtype),
-                      preferred_element_type=jnp.float32)
+    return _einsum_f32(spec, x.astype(compute_dtype), y.astype(compute_dtype))
 
 
 def _low_precision_einsum_fwd(spec, x, y, compute_dtype):
     xc, yc = x.astype(compute_dtype), y.astype(compute_dtype)
-    out = jnp.einsum(spec, xc, yc, preferred_element_type=jnp.float32)
+    out = _einsum_f32(spec, xc, yc)
     # Residuals keep the compute-dtype copies (half the memory in bf16) and the input dtypes.
     return out, (xc, yc, jnp.zeros((), x.dtype), jnp.zeros((), y.dtype))
 
@@ -47,8 +61,8 @@ def _low_precision_einsum_bwd(spec, compute_dtype, residuals, grad):
     inputs, out = spec.split("->")
     x_spec, y_spec = inputs.split(",")
     g = grad.astype(compute_dtype)
-    dx = jnp.einsum(f"{out},{y_spec}->{x_spec}", g, yc, preferred_element_type=jnp.float32)
-    dy = jnp.einsum(f"{x_spec},{out}->{y_spec}", xc, g, preferred_element_type=jnp.float32)
+    dx = _einsum_f32(f"{out},{y_spec}->{x_spec}", g, yc)
+    dy = _einsum_f32(f"{x_spec},{out}->{y_spec}", xc, g)
     return dx.astype(x_proto.dtype), dy.astype(y_proto.dtype)
 
 

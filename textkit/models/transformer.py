@@ -139,7 +139,8 @@ class TransformerLayer(nn.Module):
         return self.self_attention.init_cache(batch_size, max_length)
 
 
-def _layer_kwargs(config: Any) -> dict[str, Any]:
+def layer_options(config: Any) -> dict[str, Any]:
+    """``TransformerLayer`` fields taken from a Transformer(LM) config."""
     return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout=config.dropout, attention_dropout=config.attention_dropout,
                 pre_norm=config.pre_norm, policy=config.policy)
@@ -157,9 +158,9 @@ class Transformer(nn.Module):
             self.tgt_embed = Embed(c.tgt_vocab_size, c.d_model, c.policy)
         self.src_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
         self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
-        self.encoder_layers = [TransformerLayer(**_layer_kwargs(c), name=f"encoder_{i}")
+        self.encoder_layers = [TransformerLayer(**layer_options(c), name=f"encoder_{i}")
                                for i in range(c.num_encoder_layers)]
-        self.decoder_layers = [TransformerLayer(**_layer_kwargs(c), cross=True,
+        self.decoder_layers = [TransformerLayer(**layer_options(c), cross=True,
                                                 name=f"decoder_{i}")
                                for i in range(c.num_decoder_layers)]
         if c.pre_norm:

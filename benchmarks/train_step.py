@@ -1,0 +1,190 @@
+"""Transformer train-step throughput: textkit vs a plain flax.linen reference, same invocation.
+
+One step = forward, backward and Adam on a batch of 32 x 32 source and 32 x 32 target tokens
+(no padding) with a 32,000-token shared vocabulary, dropout 0.1. Throughput counts **target
+tokens** (32 x 32 = 1,024 per step) for both implementations, as the issue's reference figures do.
+Compile time (lower + compile of the textkit step) is reported apart and never enters the timing.
+
+MFU = analytic model FLOPs per step (forward matmuls x 3 for the backward; embeddings, norms,
+softmax and the optimizer not counted) / step time / the matmul peak measured here on 2048^2
+dots: float32 x float32 for ``float32``, bfloat16 x bfloat16 -> float32 for ``bfloat16``.
+
+    python benchmarks/train_step.py            # small and base, float32 and bfloat16
+    python benchmarks/train_step.py --quick    # small only, few steps: a smoke run
+
+The last output line is one JSON object keyed ``<size>_<dtype>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from flax_reference import (  # noqa: E402
+    ReferenceConfig,
+    ReferenceTransformer,
+    make_reference_train_step,
+)
+
+from textkit.models import get_model  # noqa: E402
+from textkit.training import create_train_state, cross_entropy, make_train_step  # noqa: E402
+
+BATCH, SRC_LEN, TGT_LEN, VOCAB, PAD = 32, 32, 32, 32000, 1
+SIZES = {"small": dict(d_model=256, num_heads=4, d_ff=1024, layers=3),
+         "base": dict(d_model=512, num_heads=8, d_ff=2048, layers=6)}
+POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def matmul_peak(dtype, result_dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best-of-``repeats`` GFLOP/s of an n x n x n dot with the given input/result dtypes."""
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
+    dot = jax.jit(lambda x, y: jax.lax.dot(x, y, preferred_element_type=result_dtype))
+    dot(a, a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dot(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def model_flops(d: int, ff: int, layers: int) -> float:
+    """Analytic train-step FLOPs (3 x forward matmul FLOPs) of one batch."""
+    src, tgt = BATCH * SRC_LEN, BATCH * TGT_LEN
+    encoder = src * (8 * d * d + 4 * d * ff) + BATCH * 4 * SRC_LEN * SRC_LEN * d
+    decoder = (tgt * (12 * d * d + 4 * d * ff)      # self q,k,v,o + cross q,o + ffn
+               + src * 4 * d * d                    # cross-attention keys/values of the memory
+               + BATCH * 4 * TGT_LEN * (TGT_LEN + SRC_LEN) * d)
+    logits = tgt * 2 * d * VOCAB
+    return 3.0 * (layers * (encoder + decoder) + logits)
+
+
+def make_batch(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tgt = rng.integers(4, VOCAB, (BATCH, TGT_LEN + 1), dtype=np.int32)
+    return {"src_tokens": rng.integers(4, VOCAB, (BATCH, SRC_LEN), dtype=np.int32),
+            "tgt_input": tgt[:, :-1], "tgt_output": tgt[:, 1:]}
+
+
+def time_steps(run_step, steps: int) -> float:
+    """Median seconds per step of ``run_step()`` (which blocks until done)."""
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        run_step()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def bench_textkit(size: str, policy: str, steps: int, batch) -> tuple[float, float]:
+    """(seconds per step, compile seconds) of the textkit train step."""
+    s = SIZES[size]
+    model = get_model("transformer_base", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB,
+                      d_model=s["d_model"], num_heads=s["num_heads"], d_ff=s["d_ff"],
+                      num_encoder_layers=s["layers"], num_decoder_layers=s["layers"],
+                      dropout=0.1, max_len=256, pad_id=PAD, policy=policy)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["src_tokens"],
+                                 batch["tgt_input"])["params"]
+
+    def loss_fn(params, batch, rng):
+        logits = model.apply({"params": params}, batch["src_tokens"], batch["tgt_input"],
+                             deterministic=rng is None, rngs={"dropout": rng})
+        loss_sum, weight_sum = cross_entropy(logits, batch["tgt_output"],
+                                             batch["tgt_output"] != PAD)
+        return loss_sum, (weight_sum, None)
+
+    state = create_train_state(params, optax.adam(1e-4), jax.random.PRNGKey(1))
+    train_step = make_train_step(loss_fn, optax.adam(1e-4))
+    start = time.perf_counter()
+    compiled = train_step.lower(state, batch).compile()
+    compile_s = time.perf_counter() - start
+    holder = [compiled(state, batch)[0]]  # warm-up step
+
+    def run():
+        holder[0], metrics = compiled(holder[0], batch)
+        metrics["loss"].block_until_ready()
+
+    return time_steps(run, steps), compile_s
+
+
+def bench_reference(size: str, dtype_name: str, steps: int, batch) -> float:
+    """Seconds per step of the plain flax reference."""
+    s = SIZES[size]
+    config = ReferenceConfig(vocab_size=VOCAB, d_model=s["d_model"], num_heads=s["num_heads"],
+                             d_ff=s["d_ff"], num_encoder_layers=s["layers"],
+                             num_decoder_layers=s["layers"], dropout=0.1, pad_id=PAD,
+                             dtype=jnp.dtype(dtype_name))
+    model = ReferenceTransformer(config)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["src_tokens"],
+                                 batch["tgt_input"])["params"]
+    optimizer = optax.adam(1e-4)
+    step = make_reference_train_step(model, optimizer)
+    holder = [params, optimizer.init(params)]
+    rngs = iter(jax.random.split(jax.random.PRNGKey(2), steps + 1))
+
+    def run():
+        holder[0], holder[1], loss = step(holder[0], holder[1], batch, next(rngs))
+        loss.block_until_ready()
+
+    run()  # compile + warm-up
+    return time_steps(run, steps)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
+    parser.add_argument("--sizes", default="small,base")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--quick", action="store_true", help="small only, 2 timed steps")
+    args = parser.parse_args(argv)
+    sizes, dtypes, steps = args.sizes.split(","), args.dtypes.split(","), args.steps
+    if args.quick:
+        sizes, steps = ["small"], 2
+
+    log(f"jax {jax.__version__} on {platform.processor() or platform.machine()}, "
+        f"{jax.devices()[0].device_kind}; batch {BATCH}x{SRC_LEN} src + {BATCH}x{TGT_LEN} tgt, "
+        f"vocab {VOCAB}")
+    peaks = {"float32": matmul_peak(jnp.float32, jnp.float32),
+             "bfloat16": matmul_peak(jnp.bfloat16, jnp.float32)}
+    log(f"matmul peak 2048^2: float32 {peaks['float32']:.0f} GFLOP/s, "
+        f"bfloat16->float32 {peaks['bfloat16']:.0f} GFLOP/s, bfloat16->bfloat16 "
+        f"{matmul_peak(jnp.bfloat16, jnp.bfloat16):.0f} GFLOP/s")
+
+    batch = {k: jnp.asarray(v) for k, v in make_batch(0).items()}
+    tokens = BATCH * TGT_LEN
+    results = {}
+    for size in sizes:
+        flops = model_flops(SIZES[size]["d_model"], SIZES[size]["d_ff"], SIZES[size]["layers"])
+        for dtype in dtypes:
+            seconds, compile_s = bench_textkit(size, POLICIES[dtype], steps, batch)
+            reference = bench_reference(size, dtype, steps, batch)
+            entry = {"textkit_tok_s": round(tokens / seconds, 1),
+                     "flax_ref_tok_s": round(tokens / reference, 1),
+                     "ratio": round(reference / seconds, 3),
+                     "compile_s": round(compile_s, 2),
+                     "mfu": round(flops / seconds / (peaks[dtype] * 1e9), 4)}
+            results[f"{size}_{dtype}"] = entry
+            log(f"{size}_{dtype}: {entry}")
+    results["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
+    results["tokens_counted"] = "target tokens per second (32 x 32 per step)"
+    print(json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()

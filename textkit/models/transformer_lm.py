@@ -1,0 +1,121 @@
+"""Decoder-only Transformer language model under a precision policy.
+
+Language-model contract (through ``model.apply({"params": p}, ..., method=...)``)::
+
+    logits, state = model.apply(v, tokens)                          # f32 [B, T, V], None
+    cache = model.apply(v, batch_size, max_length, method="init_cache")
+    log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
+
+``state`` exists for parity with the recurrent LMs and is always None: a window attends causally
+within itself only. Layers are ``textkit.models.transformer.TransformerLayer`` without
+cross-attention; precision follows ``textkit.models.layers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textkit.models.attention import causal_mask
+from textkit.models.layers import Dense, Embed, LayerNorm, PositionEmbedding
+from textkit.models.registry import register_model
+from textkit.models.transformer import TransformerLayer, layer_options
+from textkit.precision import Policy
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerLMConfig:
+    """Hyper-parameters of ``TransformerLM`` (frozen, hashable); fields as ``TransformerConfig``."""
+
+    vocab_size: int = 32000
+    tie_output: bool = True
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    pre_norm: bool = True
+    positions: str = "learned"
+    max_len: int = 1024
+    pad_id: int = 1
+    policy: Policy = Policy()
+
+    def __post_init__(self):
+        if isinstance(self.policy, str):
+            object.__setattr__(self, "policy", Policy.parse(self.policy))
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
+
+
+class TransformerLM(nn.Module):
+    """Causal Transformer LM; see the module docstring for the contract."""
+
+    config: TransformerLMConfig
+
+    def setup(self):
+        c = self.config
+        self.embed = Embed(c.vocab_size, c.d_model, c.policy)
+        self.positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
+        self.layers = [TransformerLayer(**layer_options(c), name=f"layer_{i}")
+                       for i in range(c.num_layers)]
+        if c.pre_norm:
+            self.final_norm = LayerNorm(c.policy)
+        if not c.tie_output:
+            self.output = Dense(c.vocab_size, policy=c.policy, use_bias=False)
+        self.drop = nn.Dropout(c.dropout)
+
+    def _logits(self, x: Array) -> Array:
+        if self.config.pre_norm:
+            x = self.final_norm(x)
+        return self.embed.attend(x) if self.config.tie_output else self.output(x)
+
+    def __call__(self, tokens: Array, state: None = None, *,
+                 deterministic: bool = True) -> tuple[Array, None]:
+        """tokens int32[B, T] -> (logits float32[B, T, V], None)."""
+        if state is not None:
+            raise ValueError("TransformerLM carries no state between windows; pass state=None")
+        positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        x = self.drop(self.positions(self.embed(tokens), positions), deterministic=deterministic)
+        mask = causal_mask(tokens.shape[1])
+        for layer in self.layers:
+            x = layer(x, mask, deterministic=deterministic)
+        return self._logits(x), None
+
+    def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
+        """Empty cache: ``{"position": int32[B], "layers": tuple of {"key", "value":
+        [B, max_length, H, Dh] in the compute dtype}}``."""
+        return {"position": jnp.zeros((batch_size,), jnp.int32),
+                "layers": tuple(layer.init_cache(batch_size, max_length)
+                                for layer in self.layers)}
+
+    def decode_step(self, cache: dict[str, Any], tokens: Array) -> tuple[Array, dict[str, Any]]:
+        """tokens int32[B] at ``cache["position"]`` -> (log_probs float32[B, V], cache)."""
+        position = cache["position"]
+        x = self.positions(self.embed(tokens[:, None]), position[:, None])
+        new_layers = []
+        for layer, layer_cache in zip(self.layers, cache["layers"]):
+            x, layer_cache = layer(x, None, cache=layer_cache, positions=position)
+            new_layers.append(layer_cache)
+        log_probs = jax.nn.log_softmax(self._logits(x)[:, 0], axis=-1)
+        return log_probs, {"position": position + 1, "layers": tuple(new_layers)}
+
+
+def _preset(name: str, **fields: Any) -> None:
+    @register_model(name, family="language_model")
+    def build(**overrides: Any) -> TransformerLM:
+        return TransformerLM(TransformerLMConfig(**{**fields, **overrides}))
+
+    build.__doc__ = f"``{name}``: decoder-only Transformer LM with {fields} (overridable)."
+
+
+_preset("transformer_lm_base", d_model=512, num_heads=8, d_ff=2048, num_layers=6)
+_preset("transformer_lm_small", d_model=256, num_heads=4, d_ff=1024, num_layers=4, max_len=512)
+_preset("transformer_lm_tiny", d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=256)
