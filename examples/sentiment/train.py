@@ -3,10 +3,11 @@
 Datasets: ``toy`` (a generated sentiment corpus, no download: train 4,000 / test 500 by default),
 ``mr`` (movie-review polarity, no split: stratified k-fold cross-validation with ``--folds``),
 ``sst2`` (GLUE SST-2: train / dev, test labels are hidden) and ``imdb`` (train / test). Tokens
-are whitespace-separated; the vocabulary holds every word of the loaded segments (as in Kim's
-setup, so test words get their pretrained vectors). Embedding modes (Kim 2014): ``rand``,
-``static``, ``non-static``, ``multichannel``; the pretrained modes need ``--embedding-path`` (a
-GloVe / word2vec / fastText file) or ``--embedding-source kind:name`` (textkit's registry).
+are whitespace-separated; the vocabulary holds every word of the loaded segments seen at least
+``--min-freq`` times (as in Kim's setup, so test words get their pretrained vectors).
+Embedding modes (Kim 2014): ``rand``, ``static``, ``non-static``, ``multichannel``; the
+pretrained modes need ``--embedding-path`` (a GloVe / word2vec / fastText file) or
+``--embedding-source kind:name`` (textkit's registry).
 
 Batches come from a ``FixedBucketSampler`` with one set of bucket lengths for training and
 evaluation; partial batches keep their shape with dummy rows, so each step compiles once per
