@@ -29,7 +29,8 @@ EXAMPLES = ROOT / "examples" / "nmt"
 TOY = "300,24,24"
 # a small, fast configuration: 2 bucket shapes, a narrow Transformer, beam 2
 FAST = ["--toy-sizes", TOY, "--spm-vocab-size", "200", "--batch-tokens", "512",
-        "--num-buckets", "2", "--eval-interval", "4", "--beam-size", "2",
+        "--batch-rows-multiple", "1", "--num-buckets", "2", "--eval-interval", "4",
+        "--beam-size", "2",
         "--decode-batch-size", "32", "--warmup-steps", "4", "--log-interval", "2",
         "--model-overrides", "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1"]
 

@@ -258,3 +258,11 @@ def test_global_batch_and_to_host_round_trip_on_one_device():
     np.testing.assert_array_equal(host["tokens"], local["tokens"])
     with pytest.raises(ValueError, match="'scalar'"):
         parallel.global_batch({"scalar": np.float32(1.0)}, mesh)
+
+
+def test_local_copy_is_a_private_single_device_copy():
+    mesh = parallel.make_mesh()
+    placed = parallel.replicate({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, mesh)
+    local = parallel.local_copy(placed)
+    assert local["w"].sharding == jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    np.testing.assert_array_equal(np.asarray(local["w"]), np.arange(6).reshape(2, 3))

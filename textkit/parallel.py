@@ -289,3 +289,10 @@ def to_host(tree: Any) -> Any:
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     return jax.tree_util.tree_map(fetch, tree)
+
+
+def local_copy(tree: Any) -> Any:
+    """``to_host(tree)`` placed on this process's first device: a private copy for work that
+    each process does alone (decoding, evaluation), outside the mesh and with no collectives
+    afterwards. Like ``to_host`` it is a collective when arrays are split across processes."""
+    return jax.device_put(to_host(tree), jax.local_devices()[0])

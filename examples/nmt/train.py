@@ -12,12 +12,19 @@ beam search every --eval-interval steps, Orbax checkpoints (latest N and best), 
 last N, then cased and lowercased test BLEU with sacreBLEU signatures. ``--resume`` continues
 from the latest checkpoint (parameters, optimizer, data position). Outputs under --save-dir:
 ``config.json``, ``spm*.model``, ``checkpoints/``, ``final/`` (evaluated params), ``summary.json``.
+
+The same command runs on one device, on all local devices (data parallel over a ``data`` mesh
+axis) and as several processes (``--coordinator``/``--num-processes``/``--process-id`` or the
+environment, see docs/distributed.md). ``--batch-tokens`` is the global budget and every bucket's
+global rows are rounded down to a multiple of ``--batch-rows-multiple``, so the global batches
+are the same for every layout whose device count divides that multiple.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import math
 import time
 import zlib
 from collections.abc import Sequence
@@ -28,6 +35,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
+from textkit import parallel
 from textkit.data import get_dataset, toy_translation
 from textkit.models import Translator
 from textkit.precision import Policy, dynamic_loss_scale
@@ -61,7 +69,9 @@ DATASETS = {
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
                "spm_model_type", "joint_spm",
                "max_length", "model", "model_overrides", "precision", "batch_tokens",
-               "num_buckets", "seed")
+               "num_buckets", "batch_rows_multiple", "seed")
+# launch settings: not part of the run's configuration
+LAUNCH_KEYS = ("resume", "coordinator", "num_processes", "process_id")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -85,7 +95,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=128,
                    help="drop training pairs with a side longer than this (subword tokens)")
     p.add_argument("--batch-tokens", type=int, default=2048,
-                   help="token budget per batch (padded length x rows)")
+                   help="global token budget per batch (padded length x rows), all processes")
+    p.add_argument("--batch-rows-multiple", type=int, default=None,
+                   help="round every bucket's global rows down to a multiple of this; it must "
+                        "be a multiple of the device count (default: lcm(8, devices), so the "
+                        "global batch is the same on 1, 2, 4 or 8 devices)")
     p.add_argument("--num-buckets", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=200)
@@ -106,6 +120,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-interval", type=int, default=20)
+    p.add_argument("--coordinator", default=None,
+                   help="host:port of process 0 for a multi-process run (or TEXTKIT_COORDINATOR)")
+    p.add_argument("--num-processes", type=int, default=None,
+                   help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
+    p.add_argument("--process-id", type=int, default=None,
+                   help="this process's index (or TEXTKIT_PROCESS_ID)")
     args = p.parse_args(argv)
     (default_src, default_tgt), _ = DATASETS[args.dataset]
     args.src_lang = args.src_lang or default_src
@@ -150,10 +170,25 @@ def make_optimizer(args: argparse.Namespace) -> tuple[optax.GradientTransformati
     return optimizer, schedule
 
 
-def device_batch(batch: dict[str, np.ndarray]) -> Any:
-    """The one place a host batch becomes the train step's input (a multi-process run turns
-    it into a global array here with ``textkit.parallel.global_batch``)."""
-    return batch
+def rows_per_shard_multiple(args: argparse.Namespace) -> int:
+    """Resolve ``--batch-rows-multiple`` (global) and return this process's share of it.
+
+    Global rows ``round_down(budget // length, M)`` equal the processes' rows
+    ``round_down((budget / P) // length, M / P)`` concatenated, so the global batch does not
+    depend on the number of processes; each process's rows split evenly over its devices.
+    """
+    devices, processes = jax.device_count(), jax.process_count()
+    if args.batch_rows_multiple is None:
+        args.batch_rows_multiple = math.lcm(8, devices)
+    if args.batch_rows_multiple % devices:
+        raise SystemExit(f"--batch-rows-multiple {args.batch_rows_multiple} must be a multiple "
+                         f"of the {devices} devices (so that every device gets equal rows)")
+    return args.batch_rows_multiple // processes
+
+
+def device_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> Any:
+    """This process's host batch -> the global batch, split over the mesh's ``data`` axis."""
+    return parallel.global_batch(batch, mesh)
 
 
 def check_resumable(run: TranslationDir, config: dict[str, Any], resume: bool) -> None:
@@ -171,10 +206,13 @@ def check_resumable(run: TranslationDir, config: dict[str, Any], resume: bool) -
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
     start = time.perf_counter()
-    main_process = jax.process_index() == 0
+    main_process = parallel.is_main_process()
+    mesh = parallel.make_mesh()
+    rows_multiple = rows_per_shard_multiple(args)
     run = TranslationDir(args.save_dir)
-    config = {k: v for k, v in vars(args).items() if k != "resume"}
+    config = {k: v for k, v in vars(args).items() if k not in LAUNCH_KEYS}
     check_resumable(run, config, args.resume)
 
     train_pairs, valid_pairs, test_pairs = (load_pairs(args, split) for split in range(3))
@@ -183,9 +221,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     src_tok, tgt_tok = run.tokenizers(args.joint_spm, train_pairs, args.spm_vocab_size,
                                       seed=args.seed, model_type=args.spm_model_type)
     samples = encode_pairs(train_pairs, src_tok, tgt_tok, max_length=args.max_length)
-    loader = make_seq2seq_loader(samples, args.batch_tokens, pad_id=tgt_tok.pad_id,
-                                 bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id,
-                                 num_buckets=args.num_buckets, seed=args.seed)
+    loader = make_seq2seq_loader(
+        samples, parallel.per_process(args.batch_tokens, "--batch-tokens"),
+        pad_id=tgt_tok.pad_id, bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id,
+        num_buckets=args.num_buckets, seed=args.seed, num_shards=jax.process_count(),
+        shard_id=jax.process_index(), batch_rows_multiple=rows_multiple)
     model = build_translation_model(
         args.model, src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
         pad_id=src_tok.pad_id, precision=args.precision, shared_vocab=args.joint_spm,
@@ -195,12 +235,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         write_json_atomic(run.config_path, config)
         print(f"{args.dataset} {args.src_lang}->{args.tgt_lang}: {len(samples)} train pairs "
               f"(of {len(train_pairs)}), {len(valid_pairs)} valid, {len(test_pairs)} test; "
-              f"vocab {len(src_tok)}/{len(tgt_tok)}; {len(loader)} batches per epoch")
+              f"vocab {len(src_tok)}/{len(tgt_tok)}; {len(loader)} batches per epoch; "
+              f"{jax.device_count()} device(s) in {jax.process_count()} process(es)")
         print(loader.batch_sampler.stats())
 
     optimizer, schedule = make_optimizer(args)
     init_key, train_key = jax.random.split(jax.random.PRNGKey(args.seed))
-    state = create_train_state(init_params(model, init_key), optimizer, train_key)
+    state = parallel.replicate(
+        create_train_state(init_params(model, init_key), optimizer, train_key), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     max_steps = args.max_steps or args.epochs * len(loader)
     manager = CheckpointManager(run.checkpoints, max_to_keep=max(args.average_last, 1),
@@ -208,18 +250,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     progress = {"data_crc32": 0, "train_tokens": 0, "train_seconds": 0.0, "valid_bleu": {}}
     if args.resume and manager.latest_step() is not None:
         state, extra = manager.restore("latest", state)
+        state = parallel.replicate(state, mesh)
         loader.load_state_dict(extra["sampler"])
         progress = extra["progress"]
         if main_process:
             print(f"resumed from step {int(state.step)} of {manager.directory}")
 
     loss_fn = make_seq2seq_loss(model, args.label_smoothing)
-    train_step = make_train_step(loss_fn, optimizer)
-    translator = Translator(model, state.params, src_tok, tgt_tok, beam_size=args.beam_size,
+    train_step = make_train_step(loss_fn, optimizer,
+                                 **parallel.train_step_shardings(mesh, state))
+    translator = Translator(model, None, src_tok, tgt_tok, beam_size=args.beam_size,
                             alpha=args.alpha, batch_size=args.decode_batch_size)
 
     def translate(params: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:
-        translator.params = params
+        """Every process decodes everything itself, on its own copy of ``params``."""
+        translator.params = parallel.local_copy(params)
         hypotheses = translator.translate([s for s, _ in pairs])
         return {**bleu_scores(hypotheses, [t for _, t in pairs]), "hypotheses": hypotheses}
 
@@ -228,18 +273,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                desc=f"{args.model} {args.precision}")
     window_tokens, window_start = 0, time.perf_counter()
     segment_start = time.perf_counter()
+    step_tokens = []  # the global batches' token counts, read when the loss is read
+    loss = float("nan")  # the last logged training loss
+
+    def count_tokens() -> int:
+        tokens = int(sum(float(t) for t in step_tokens))
+        progress["train_tokens"] += tokens
+        step_tokens.clear()
+        return tokens
+
     while step < max_steps:
         for batch in loader:
             progress["data_crc32"] = zlib.crc32(batch["src_tokens"].tobytes(),
                                                 progress["data_crc32"])
-            tokens = int(batch["src_lengths"].sum() + batch["tgt_lengths"].sum())
-            progress["train_tokens"] += tokens
-            window_tokens += tokens
-            state, metrics = train_step(state, device_batch(batch))
+            state, metrics = train_step(state, device_batch(batch, mesh))
+            step_tokens.append(metrics["tokens"] + metrics["src_tokens"])
             step += 1
             bar.update(1)
             if step % args.log_interval == 0 or step == max_steps:
                 loss = float(metrics["loss"])  # waits for the step
+                window_tokens += count_tokens()
                 now = time.perf_counter()
                 rate = window_tokens / (now - window_start)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}",
@@ -247,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 window_tokens, window_start = 0, now
             if step == max_steps or (args.eval_interval and step % args.eval_interval == 0):
                 jax.block_until_ready(state)
+                count_tokens()
                 progress["train_seconds"] += time.perf_counter() - segment_start
                 valid = translate(state.params, valid_pairs)
                 progress["valid_bleu"][str(step)] = valid["bleu"]
@@ -272,12 +326,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         last_n = min(args.average_last, len(manager.all_steps()))
         averaged = average_checkpoints(manager, state, last_n=last_n)
         valid_avg = translate(averaged, valid_pairs)["bleu"]
-        print(f"average of the last {last_n} checkpoints: valid BLEU {valid_avg:.2f}")
+        if main_process:
+            print(f"average of the last {last_n} checkpoints: valid BLEU {valid_avg:.2f}")
         if valid_avg >= chosen[2]:
             chosen = (f"average of the last {last_n} checkpoints", averaged, valid_avg)
     source, params, valid_bleu = chosen
-    if main_process:
-        run.save_final(step, params, source)
+    run.save_final(step, params, source)  # every process: Orbax saves collectively
 
     test = translate(params, test_pairs)
     wall = time.perf_counter() - start
@@ -289,10 +343,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "test_bleu_lowercase": test["bleu_lowercase"],
         "signature_lowercase": test["signature_lowercase"],
         "wall_s": wall, "train_s": progress["train_seconds"],
-        "train_tokens_per_s": tokens_per_s, "num_compiles": loss_fn.num_traces,
+        "train_tokens_per_s": tokens_per_s, "last_loss": loss,
+        "num_compiles": loss_fn.num_traces,
         "num_bucket_shapes": len(loader.batch_sampler.bucket_shapes),
         "num_decode_shapes": len(translator.compiled_shapes),
-        "device": jax.devices()[0].device_kind, "data_crc32": progress["data_crc32"],
+        "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
+        "num_processes": jax.process_count(), "data_crc32": progress["data_crc32"],
     }
     if main_process:
         write_json_atomic(run.summary_path, summary)

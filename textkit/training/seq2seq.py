@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from textkit.batchify import BatchShape, Pad
 from textkit.data import DataLoader, FixedBucketSampler, SentencePieceTokenizer
@@ -92,11 +93,13 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Any, tgt_token
 def make_seq2seq_loader(samples: Sequence[IdPair], batch_tokens: int, *, pad_id: int,
                         bos_id: int, eos_id: int, num_buckets: int = 8, round_to: int = 8,
                         shuffle: bool = True, seed: int = 0, num_shards: int = 1,
-                        shard_id: int = 0, num_workers: int = 1) -> DataLoader:
+                        shard_id: int = 0, batch_rows_multiple: int = 1,
+                        num_workers: int = 1) -> DataLoader:
     """Resumable loader of seq2seq batches with at most ``num_buckets`` padded shapes.
 
     Buckets are keyed on (source length, target length + 1), rounded up to ``round_to``; each
-    bucket's row count is ``batch_tokens // max(padded source, padded target)``.
+    bucket's row count is ``batch_tokens // max(padded source, padded target)``, rounded down to
+    a multiple of ``batch_rows_multiple``. ``batch_tokens`` is this shard's budget.
     ``loader.batch_sampler`` is the ``FixedBucketSampler`` (``stats()``, ``bucket_shapes``).
     """
     if not samples:
@@ -104,7 +107,8 @@ def make_seq2seq_loader(samples: Sequence[IdPair], batch_tokens: int, *, pad_id:
     lengths = np.array([(len(s), len(t) + 1) for s, t in samples], dtype=np.int64)
     sampler = FixedBucketSampler(lengths, batch_tokens, num_buckets=num_buckets,
                                  batch_size_unit="tokens", round_to=round_to, shuffle=shuffle,
-                                 seed=seed, num_shards=num_shards, shard_id=shard_id)
+                                 seed=seed, num_shards=num_shards, shard_id=shard_id,
+                                 batch_rows_multiple=batch_rows_multiple)
     return DataLoader(samples, sampler, Seq2SeqBatchify(pad_id, bos_id, eos_id),
                       num_workers=num_workers)
 
@@ -127,14 +131,18 @@ class _Seq2SeqLoss:
         weights = steps[None, :] < batch["tgt_lengths"][:, None]              # bool [B, T]
         loss_sum, weight_sum = cross_entropy(logits, batch["tgt_output"], weights,
                                              self.label_smoothing)
-        return loss_sum, (weight_sum, None)
+        src_tokens = jnp.sum(batch["src_lengths"]).astype(jnp.float32)
+        return loss_sum, (weight_sum, {"src_tokens": src_tokens})
 
 
 def make_seq2seq_loss(model: Any, label_smoothing: float = 0.0) -> _Seq2SeqLoss:
-    """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, None))`` for the train step.
+    """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"src_tokens"}))`` for the
+    train step.
 
     Logits come from ``model.apply(params, src_tokens, tgt_input)`` (dropout on when ``rng`` is a
-    key); targets are ``tgt_output``, weighted by ``tgt_lengths``. The returned callable's
+    key); targets are ``tgt_output``, weighted by ``tgt_lengths``. ``src_tokens`` (float32 [])
+    counts the batch's source tokens, so that metrics give the whole (global) batch's token
+    count, target tokens being the weight sum. The returned callable's
     ``num_traces`` attribute counts how many programs traced it (one per batch shape).
     """
     return _Seq2SeqLoss(model, label_smoothing)
@@ -242,7 +250,23 @@ class TranslationDir:
                    vocab_size: int = 8000, seed: int = 0,
                    model_type: str = "unigram") -> tuple[Any, Any]:
         """(source, target) ``SentencePieceTokenizer``: loaded when cached, else trained on
-        ``train_pairs`` (both sides together when ``joint``) and saved here."""
+        ``train_pairs`` (both sides together when ``joint``) and saved here.
+
+        With several JAX processes only process 0 trains and saves; the others wait at a barrier
+        (every process must call this) and load its files, so ``root`` must be on a file system
+        they share.
+        """
+        if jax.process_count() > 1:
+            if jax.process_index() == 0:
+                tokenizers = self._load_or_train(joint, train_pairs, vocab_size, seed,
+                                                 model_type)
+            multihost_utils.sync_global_devices("textkit sentencepiece trained")
+            if jax.process_index() == 0:
+                return tokenizers
+        return self._load_or_train(joint, train_pairs, vocab_size, seed, model_type)
+
+    def _load_or_train(self, joint: bool, train_pairs: Sequence[tuple[str, str]] | None,
+                       vocab_size: int, seed: int, model_type: str) -> tuple[Any, Any]:
         sides = {"src": [s for s, _ in train_pairs or ()], "tgt": [t for _, t in train_pairs or ()]}
         loaded = {}
         for side in ("src", "tgt"):

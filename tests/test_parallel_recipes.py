@@ -1,0 +1,174 @@
+"""The recipes unchanged on one device, on two local devices, and as two processes.
+
+Each run is a fresh interpreter (XLA_FLAGS and ``jax.distributed`` must apply before jax
+starts). All runs of a recipe start together, so their compiles overlap. The runs use the same
+global batches (checked), so the final losses and parameters agree to 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from textkit.training import CheckpointManager
+from textkit.training.seq2seq import TranslationDir, encode_pairs, make_seq2seq_loader
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 420  # generous: the suite may share 2 cores with other jobs
+TOLERANCE = 1e-5
+
+# tiny NMT: one bucket shape, three steps (the first at learning rate 0), no dropout (row order
+# within a global batch differs between one and two processes, and dropout masks follow rows),
+# greedy decoding of 8 pairs
+NMT = [str(ROOT / "examples" / "nmt" / "train.py"),
+       "--toy-sizes", "200,8,8", "--spm-vocab-size", "200", "--batch-tokens", "512",
+       "--batch-rows-multiple", "2", "--num-buckets", "1", "--max-steps", "3",
+       "--eval-interval", "0", "--beam-size", "1", "--decode-batch-size", "8",
+       "--warmup-steps", "2", "--log-interval", "1",
+       "--model-overrides",
+       "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1,dropout=0.0"]
+
+
+def _env(devices: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_layouts(command: list[str], root: Path) -> dict[str, Path]:
+    """Run ``command`` as 1 process x 1 device, 1 x 2 devices and 2 x 1 device (127.0.0.1),
+    all at once; returns each layout's save directory. Fails with the logs on an error."""
+    port = _free_port()
+    layouts = {
+        "one_device": [([], 1)],
+        "two_devices": [([], 2)],
+        "two_processes": [(["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                            "--process-id", str(i)], 1) for i in range(2)],
+    }
+    processes, logs = [], []
+    try:
+        for name, members in layouts.items():
+            for index, (flags, devices) in enumerate(members):
+                log = root / f"{name}.{index}.log"
+                logs.append(log)
+                with open(log, "w") as log_file:
+                    processes.append(subprocess.Popen(
+                        [sys.executable, *command, "--save-dir", str(root / name), *flags],
+                        env=_env(devices), stdout=log_file, stderr=subprocess.STDOUT))
+        for process in processes:
+            process.wait(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"runs did not finish in {TIMEOUT_S} s\n{_tails(logs)}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    codes = [process.returncode for process in processes]
+    assert codes == [0] * len(processes), f"exit codes {codes}\n{_tails(logs)}"
+    return {name: root / name for name in layouts}
+
+
+def _tails(logs: list[Path]) -> str:
+    return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in logs if p.exists())
+
+
+def _flat(tree, prefix="") -> dict[str, np.ndarray]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}/{key}").items()}
+    return {prefix: np.asarray(tree)}
+
+
+def latest_state(save_dir: Path, target=None) -> dict:
+    """The latest checkpointed state, on this process's one device (``target``: a restored
+    state of the same structure, needed when the run had other devices)."""
+    if target is not None:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), target)
+    with CheckpointManager(save_dir / "checkpoints") as manager:
+        return manager.restore("latest", target)[0]
+
+
+# Attention key biases: softmax ignores a shift shared by all keys, so their gradient is zero
+# up to rounding, and Adam turns rounding noise of either sign into steps of +-lr. They are left
+# out (the slice of the fused projection); every other parameter must agree.
+KEY_BIAS = {"qkv/bias": 1, "key_value/bias": 0}
+
+
+def assert_same_params(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], layout: str):
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        actual = got[name]
+        for suffix, key_index in KEY_BIAS.items():
+            if name.endswith(suffix):
+                actual, value = np.delete(actual, key_index, 0), np.delete(value, key_index, 0)
+        np.testing.assert_allclose(actual, value, rtol=0, atol=TOLERANCE,
+                                   err_msg=f"{layout} {name}")
+
+
+@pytest.fixture(scope="module")
+def nmt_runs(tmp_path_factory) -> dict[str, Path]:
+    return run_layouts(NMT, tmp_path_factory.mktemp("nmt_layouts"))
+
+
+def test_nmt_recipe_gives_the_same_model_on_every_layout(nmt_runs):
+    summaries = {name: json.loads((path / "summary.json").read_text())
+                 for name, path in nmt_runs.items()}
+    reference = summaries["one_device"]
+    assert [(s["num_devices"], s["num_processes"]) for s in summaries.values()] == [
+        (1, 1), (2, 1), (2, 2)]
+    # one process reads the whole global batch: the same bytes on one and on two devices
+    assert summaries["two_devices"]["data_crc32"] == reference["data_crc32"]
+    reference_state = latest_state(nmt_runs["one_device"])
+    expected = _flat(reference_state["params"])
+    for layout in ("two_devices", "two_processes"):
+        assert summaries[layout]["steps"] == reference["steps"] == 3
+        np.testing.assert_allclose(summaries[layout]["last_loss"], reference["last_loss"],
+                                   rtol=0, atol=TOLERANCE, err_msg=layout)
+        state = latest_state(nmt_runs[layout], reference_state)
+        assert_same_params(_flat(state["params"]), expected, layout)
+        assert (nmt_runs[layout] / "spm.model").is_file()
+
+
+def test_nmt_two_process_shards_make_the_one_process_global_batches(nmt_runs):
+    """Rebuild the recipe's loaders from its saved vocabulary: the two shards' rows of every
+    step are exactly the rows of the one-process batch (in another order)."""
+    from textkit.data import toy_translation
+
+    src_tok, tgt_tok = TranslationDir(nmt_runs["two_processes"]).tokenizers(joint=True)
+    samples = encode_pairs(toy_translation("train", num_sentences=200, seed=0), src_tok,
+                           tgt_tok, max_length=128)
+
+    def loader(budget: int, shards: int, shard: int, multiple: int):
+        return make_seq2seq_loader(samples, budget, pad_id=tgt_tok.pad_id,
+                                   bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id, num_buckets=1,
+                                   seed=0, num_shards=shards, shard_id=shard,
+                                   batch_rows_multiple=multiple)
+
+    def rows(batch) -> list[tuple]:
+        return sorted(tuple(np.concatenate([batch["src_tokens"][i], batch["tgt_output"][i]]))
+                      for i in range(len(batch["src_tokens"])))
+
+    whole = loader(512, 1, 0, 2)
+    halves = [loader(256, 2, shard, 1) for shard in range(2)]
+    assert len(whole) == len(halves[0]) == len(halves[1]) > 2
+    for step, (batch, first, second) in enumerate(zip(whole, *halves)):
+        assert rows(batch) == sorted(rows(first) + rows(second)), f"step {step}"
