@@ -266,3 +266,11 @@ def test_local_copy_is_a_private_single_device_copy():
     local = parallel.local_copy(placed)
     assert local["w"].sharding == jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     np.testing.assert_array_equal(np.asarray(local["w"]), np.arange(6).reshape(2, 3))
+
+
+def test_global_batch_places_any_pytree_of_rows():
+    mesh = parallel.make_mesh()
+    carry = ((np.zeros((2, 3), np.float32), np.ones((2, 3), np.float32)),)
+    placed = parallel.global_batch(carry, mesh)
+    assert placed[0][1].sharding.spec == P(parallel.DATA_AXIS)
+    np.testing.assert_array_equal(parallel.to_host(placed)[0][1], carry[0][1])

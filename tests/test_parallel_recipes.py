@@ -37,6 +37,15 @@ NMT = [str(ROOT / "examples" / "nmt" / "train.py"),
        "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1,dropout=0.0"]
 
 
+# tiny LSTM LM: rows split 2 + 2, two epochs with a learning-rate change in between (the state
+# is re-placed), dropout on (the rows keep their order on every layout); SGD, which unlike Adam
+# does not blow rounding noise in near-zero gradients up to steps of +-lr
+LM = [str(ROOT / "examples" / "language_model" / "train.py"),
+      "--model", "lstm_lm_tiny", "--toy-sentences", "60", "--batch-size", "4", "--bptt", "8",
+      "--epochs", "2", "--optimizer", "sgd", "--lr", "2", "--decay-on", "epoch",
+      "--decay-start", "1", "--lr-decay", "0.5", "--log-every", "50"]
+
+
 def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
@@ -172,3 +181,55 @@ def test_nmt_two_process_shards_make_the_one_process_global_batches(nmt_runs):
     assert len(whole) == len(halves[0]) == len(halves[1]) > 2
     for step, (batch, first, second) in enumerate(zip(whole, *halves)):
         assert rows(batch) == sorted(rows(first) + rows(second)), f"step {step}"
+
+
+@pytest.fixture(scope="module")
+def lm_runs(tmp_path_factory) -> dict[str, Path]:
+    return run_layouts(LM, tmp_path_factory.mktemp("lm_layouts"))
+
+
+def test_lm_recipe_gives_the_same_model_on_every_layout(lm_runs):
+    summaries = {name: json.loads((path / "summary.json").read_text())
+                 for name, path in lm_runs.items()}
+    reference = summaries["one_device"]
+    assert [(s["num_devices"], s["num_processes"]) for s in summaries.values()] == [
+        (1, 1), (2, 1), (2, 2)]
+    assert [h["lr"] for h in reference["history"]] == pytest.approx([2.0, 1.0])
+    reference_state = latest_state(lm_runs["one_device"])
+    expected = _flat(reference_state["params"])
+    for layout in ("two_devices", "two_processes"):
+        got = summaries[layout]
+        assert [h["lr"] for h in got["history"]] == pytest.approx([2.0, 1.0])
+        for key in ("last_loss", "valid_ppl", "test_ppl"):
+            np.testing.assert_allclose(got[key], reference[key], rtol=TOLERANCE,
+                                       err_msg=f"{layout} {key}")
+        state = latest_state(lm_runs[layout], reference_state)
+        assert_same_params(_flat(state["params"]), expected, layout)
+
+
+def test_lm_step_keeps_the_recurrent_state_split_over_data():
+    from textkit import parallel
+    from textkit.models import get_model
+    from textkit.training import create_train_state
+    from textkit.training.language_model import (
+        initial_carry,
+        lm_optimizer,
+        lm_train_step_shardings,
+        make_lm_train_step,
+    )
+
+    model = get_model("lstm_lm_tiny", vocab_size=20, pad_id=1)
+    tokens = np.full((2, 4), 3, np.int32)
+    optimizer = lm_optimizer("sgd", 0.1)
+    mesh = parallel.make_mesh()
+    state = parallel.replicate(create_train_state(
+        model.init(jax.random.key(0), tokens)["params"], optimizer, jax.random.key(1)), mesh)
+    step = make_lm_train_step(model, optimizer, **lm_train_step_shardings(mesh, state))
+    batch = parallel.global_batch({"inputs": tokens, "targets": tokens,
+                                   "mask": np.ones((2, 4), np.float32)}, mesh)
+    carry = parallel.global_batch(initial_carry(model, 2), mesh)
+    state, carry, metrics = step(state, batch, carry)
+    data = parallel.data_sharding(mesh)
+    for leaf in jax.tree_util.tree_leaves(carry):
+        assert leaf.shape[0] == 2 and leaf.sharding.is_equivalent_to(data, leaf.ndim)
+    assert metrics["loss"].sharding.is_fully_replicated

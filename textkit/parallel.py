@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -176,25 +176,28 @@ def replicated_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+def global_batch(local_batch: Any, mesh: Mesh) -> Any:
     """Turn this process's numpy batch (its rows of the global batch) into global arrays.
 
-    Every array is split along axis 0 over ``data``; the global batch is the processes' local
-    batches concatenated in process order. Each process must feed the same shapes, with rows
-    divisible by its number of devices (a clear error names the field otherwise).
+    ``local_batch`` is a dict of arrays, or any pytree of them (e.g. a recurrent state with
+    rows ``[B_local, H]``); every array is split along axis 0 over ``data`` and the global
+    batch is the processes' local batches concatenated in process order. Each process must
+    feed the same shapes, with rows divisible by its number of devices (a clear error names
+    the field otherwise).
     """
     sharding = data_sharding(mesh)
     local_devices = len(mesh.local_devices)
-    arrays = {}
-    for name, value in local_batch.items():
+
+    def place(path: Any, value: Any) -> jax.Array:
         value = np.asarray(value)
         if value.ndim == 0 or value.shape[0] % local_devices:
             raise ValueError(
-                f"batch field {name!r} of shape {value.shape} cannot be split over this "
-                f"process's {local_devices} devices: its rows must be a multiple of "
+                f"batch field {_path_name(path)!r} of shape {value.shape} cannot be split over "
+                f"this process's {local_devices} devices: its rows must be a multiple of "
                 f"{local_devices}")
-        arrays[name] = jax.make_array_from_process_local_data(sharding, value)
-    return arrays
+        return jax.make_array_from_process_local_data(sharding, value)
+
+    return jax.tree_util.tree_map_with_path(place, local_batch)
 
 
 def _path_name(path: Any) -> str:

@@ -20,6 +20,14 @@ over the ``bptt`` time steps of the batch-mean loss, i.e. a gradient ``bptt`` ti
 same updates are ``--lr 35 --clip 0.143`` here (PyTorch's word_language_model: lr 20, clip 0.25,
 the defaults below).
 
+The same command runs on one device, on all local devices and as several processes
+(``--coordinator``/``--num-processes``/``--process-id`` or the environment, see
+docs/distributed.md). ``--batch-size`` is the global number of rows: every process builds the
+same windows and feeds its contiguous block of rows, which the mesh splits over its devices, so
+the global batch, and the result, do not depend on the layout. The recurrent state stays split
+over the devices between steps. Every process evaluates the whole validation and test streams
+itself, on its own copy of the parameters.
+
 Writes ``<save-dir>/config.json``, ``vocab.json``, ``train.log``, ``checkpoints/`` and
 ``summary.json`` (config, valid_ppl, test_ppl, wall_s, tokens_per_s, per-epoch history).
 """
@@ -50,6 +58,7 @@ from textkit.training.language_model import (
     initial_carry,
     learning_rate_of,
     lm_optimizer,
+    lm_train_step_shardings,
     make_lm_eval_step,
     make_lm_train_step,
     next_learning_rate,
@@ -101,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="continue from the latest checkpoint in --save-dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20, help="steps between progress updates")
+    p.add_argument("--coordinator", default=None,
+                   help="host:port of process 0 for a multi-process run (or TEXTKIT_COORDINATOR)")
+    p.add_argument("--num-processes", type=int, default=None,
+                   help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
+    p.add_argument("--process-id", type=int, default=None,
+                   help="this process's index (or TEXTKIT_PROCESS_ID)")
     args = p.parse_args(argv)
     if args.eval_bptt is None:
         args.eval_bptt = args.bptt
@@ -167,19 +182,33 @@ def build_vocab(train: LanguageModelCorpus) -> Vocab:
     return Vocab(train.tokens, bos_token=None)
 
 
+def local_rows(tree: Any) -> Any:
+    """This process's block of rows of a global host batch (or recurrent state):
+    ``[p * b:(p + 1) * b]`` with ``b = rows / process count``."""
+    def rows(x: Any) -> np.ndarray:
+        x = np.asarray(x)
+        size = parallel.per_process(x.shape[0], "--batch-size")
+        return x[jax.process_index() * size:(jax.process_index() + 1) * size]
+    return jax.tree_util.tree_map(rows, tree)
+
+
 def to_device(batch: dict[str, np.ndarray]) -> Any:
-    """The one place a host batch becomes device arrays (multi-device: a global batch)."""
-    return jax.device_put(batch)
+    """A host batch on this process's first device, for evaluation on a local copy."""
+    return jax.device_put(batch, jax.local_devices()[0])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     wall_start = time.perf_counter()
-    parallel.initialize()
+    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
     is_main = parallel.is_main_process()
+    mesh = parallel.make_mesh()
+    launch = ("resume", "coordinator", "num_processes", "process_id")
     save_dir = Path(args.save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
     log = Log(save_dir / "train.log", is_main)
-    log(f"config: {json.dumps(vars(args), sort_keys=True)}")
+    log(f"config: {json.dumps(vars(args), sort_keys=True)}; {jax.device_count()} device(s) in "
+        f"{jax.process_count()} process(es)")
+    parallel.per_process(args.batch_size, "--batch-size")
 
     corpora = load_corpora(args, log)
     vocab = build_vocab(corpora["train"])
@@ -196,8 +225,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = get_model(args.model, **model_args)
     excluded = (vocab.pad_id,)
     if is_main:
-        write_json(save_dir / "config.json", {"model": args.model, "model_args": model_args,
-                                              "args": vars(args)})
+        write_json(save_dir / "config.json", {
+            "model": args.model, "model_args": model_args,
+            "args": {k: v for k, v in vars(args).items() if k not in launch}})
         vocab.save(save_dir / "vocab.json")
 
     key = jax.random.key(args.seed)
@@ -209,10 +239,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                              weight_decay=args.weight_decay)
     if policy.needs_loss_scaling:
         optimizer = dynamic_loss_scale(optimizer)
-    state = create_train_state(params, optimizer, state_key)
+    state = parallel.replicate(create_train_state(params, optimizer, state_key), mesh)
     log(f"model {args.model}: {num_params:,} parameters, policy {policy}")
 
-    train_step = make_lm_train_step(model, optimizer, excluded_ids=excluded)
+    train_step = make_lm_train_step(model, optimizer, excluded_ids=excluded,
+                                    **lm_train_step_shardings(mesh, state))
     eval_step = make_lm_eval_step(model, excluded_ids=excluded)
     train_windows = BPTTBatches(ids["train"], args.batch_size, args.bptt, last_batch="keep",
                                 pad_id=vocab.pad_id)
@@ -220,7 +251,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                             vocab.pad_id) for segment in ("valid", "test")}
 
     def evaluate(params: Any, segment: str) -> tuple[float, float, float]:
-        nll, count = stream_nll(eval_step, params, eval_windows[segment],
+        """Every process scores the whole stream itself, on its own copy of ``params``."""
+        nll, count = stream_nll(eval_step, parallel.local_copy(params), eval_windows[segment],
                                 initial_carry(model, 1), to_device)
         if count != len(ids[segment]):
             raise RuntimeError(f"{segment}: scored {count} tokens, expected {len(ids[segment])}")
@@ -232,6 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     train_s = train_tokens = compile_s = 0.0  # compile_s: first steps (trace + compile)
     if args.resume and checkpoints.latest_step() is not None:
         state, extra = checkpoints.restore("latest", target=state)
+        state = parallel.replicate(state, mesh)
         start_epoch = extra["epoch"] + 1
         best_ppl, history = extra["best_valid_ppl"], extra["history"]
         train_s, train_tokens, compile_s = (extra["train_s"], extra["train_tokens"],
@@ -239,9 +272,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"resumed from epoch {extra['epoch']} (lr {learning_rate_of(state.opt_state):g}, "
             f"best valid ppl {best_ppl:.2f})")
 
-    out_of_time = False
+    out_of_time, loss = False, float("nan")  # loss: the last logged training loss
     for epoch in range(start_epoch, args.epochs + 1):
-        carry = initial_carry(model, args.batch_size)
+        carry = parallel.global_batch(local_rows(initial_carry(model, args.batch_size)), mesh)
         lr = learning_rate_of(state.opt_state)
         bar = tqdm(range(len(train_windows)), desc=f"epoch {epoch}", unit="win",
                    disable=not is_main, dynamic_ncols=True)
@@ -249,8 +282,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         epoch_tokens = tick_tokens = 0.0
         for index in bar:
             window = train_windows[index]
-            state, carry, metrics = train_step(state, to_device(window), carry)
-            tokens = float(window["mask"].sum())
+            batch = parallel.global_batch(local_rows(window), mesh)
+            state, carry, metrics = train_step(state, batch, carry)
+            tokens = float(window["mask"].sum())  # the global window: every process has it
             epoch_tokens += tokens
             tick_tokens += tokens
             if index == 0 and epoch == start_epoch:
@@ -287,6 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         new_lr = next_learning_rate(lr, epoch=epoch, improved=improved, factor=args.lr_decay,
                                     decay_on=args.decay_on, decay_start=args.decay_start)
         state = state.replace(opt_state=with_learning_rate(state.opt_state, new_lr))
+        state = parallel.replicate(state, mesh)  # the new learning rate on every device
         history.append({"epoch": epoch, "lr": lr, "train_s": round(epoch_s, 2),
                         "tokens_per_s": round(epoch_tokens / steady_s, 1),
                         "valid_ppl": valid_ppl, "complete": not out_of_time})
@@ -313,7 +348,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"test tokens, every token incl. <eos>) with the epoch-{best_epoch} checkpoint "
         f"(valid ppl {valid_ppl:.2f}); unigram baseline {unigram:.1f}")
     summary = {
-        "config": vars(args), "model_args": model_args, "num_params": int(num_params),
+        "config": {k: v for k, v in vars(args).items() if k not in launch},
+        "model_args": model_args, "num_params": int(num_params),
         "vocab_words": words, "best_epoch": best_epoch, "valid_ppl": valid_ppl,
         "test_ppl": test_ppl, "test_nll": test_nll, "test_tokens": int(test_count),
         "unigram_test_ppl": unigram, "train_s": round(train_s, 2),
@@ -322,7 +358,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # steady-state training throughput: first steps (compilation) excluded
         "tokens_per_s": round(train_tokens / max(train_s - compile_s, 1e-9), 1),
         "history": history,
-        "device": str(jax.devices()[0].platform), "jax": jax.__version__,
+        "device": str(jax.devices()[0].platform), "num_devices": jax.device_count(),
+        "num_processes": jax.process_count(), "last_loss": loss, "jax": jax.__version__,
     }
     if is_main:
         write_json(save_dir / "summary.json", summary)

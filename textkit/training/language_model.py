@@ -15,6 +15,11 @@ target too, and uses one row with a masked last window, so no token is dropped.
 The optimizer built by ``lm_optimizer`` holds its learning rate in its state
 (``optax.inject_hyperparams``): ``with_learning_rate`` changes it between epochs (decay on a
 validation plateau, as in Zaremba et al. and AWD-LSTM) without recompiling the step.
+
+Data parallel: ``lm_train_step_shardings(mesh, state)`` gives ``make_lm_train_step`` its
+shardings. The windows' rows and the recurrent state (rows ``[B, H]``) are split over the mesh's
+``data`` axis, and the state comes back split the same way, so it never leaves its devices
+between steps; only the scalar metrics are replicated.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from textkit import parallel
 from textkit.data.lm import BPTTBatches
 from textkit.training.losses import cross_entropy
 from textkit.training.train_step import TrainState, make_eval_step, make_train_step
@@ -40,6 +46,7 @@ __all__ = [
     "learning_rate_of",
     "lm_loss_fn",
     "lm_optimizer",
+    "lm_train_step_shardings",
     "make_lm_eval_step",
     "make_lm_train_step",
     "next_learning_rate",
@@ -103,6 +110,21 @@ def make_lm_train_step(
         return state, carry, metrics
 
     return train_step
+
+
+# the metrics of ``make_train_step`` (replicated scalars); the carry is added by the LM loss
+_STEP_METRICS = ("loss", "tokens", "grad_norm", "loss_scale")
+
+
+def lm_train_step_shardings(mesh: jax.sharding.Mesh, state: TrainState) -> dict[str, Any]:
+    """``in_shardings`` / ``out_shardings`` for ``make_lm_train_step`` on ``mesh``: ``state``
+    keeps its placement, the batch and the carry are split over ``data`` on the way in and the
+    carry stays split on the way out; the scalar metrics are replicated."""
+    shardings = parallel.train_step_shardings(mesh, state)
+    state_out, replicated = shardings["out_shardings"]
+    metrics = {name: replicated for name in _STEP_METRICS}
+    metrics[CARRY] = parallel.data_sharding(mesh)
+    return {"in_shardings": shardings["in_shardings"], "out_shardings": (state_out, metrics)}
 
 
 def make_lm_eval_step(
