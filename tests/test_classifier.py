@@ -16,12 +16,15 @@ from textkit.models.classifier import (
     RNNClassifierConfig,
     TextCNN,
     TextCNNConfig,
+    WideConv,
     init_classifier,
     load_pretrained,
     make_optimizer,
     trainable_mask,
 )
 from textkit.precision import Policy
+from textkit.training import create_train_state, make_train_step
+from textkit.training.classification import ClassificationLoss
 
 V, D, PAD = 40, 8, 1
 
@@ -109,6 +112,49 @@ def test_frozen_and_tuned_embeddings_after_one_step(name, frozen, tuned):
     mask = trainable_mask(params)
     assert mask["embed"].get("frozen_embedding", False) is False
     assert all(jax.tree.leaves({k: v for k, v in mask.items() if k != "embed"}))
+
+
+@pytest.mark.parametrize("window", [1, 3, 5])
+def test_wide_conv_matches_lax_conv(window):
+    # Kim's wide convolution (window - 1 zeros each side), value and gradients
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(3, 4, 6)), jnp.float32)
+    conv = WideConv(window, 5)
+    params = conv.init(key(0), x)["params"]
+    params["bias"] = jnp.arange(5, dtype=jnp.float32)
+
+    def reference(p, x):
+        out = jax.lax.conv_general_dilated(x, p["kernel"], (1,), [(window - 1, window - 1)],
+                                           dimension_numbers=("NWC", "WIO", "NWC"))
+        return out + p["bias"]
+
+    def ours(p, x):
+        return conv.apply({"params": p}, x)
+
+    assert ours(params, x).shape == (3, 4 + window - 1, 5)
+    np.testing.assert_allclose(ours(params, x), reference(params, x), atol=1e-5)
+    cotangent = jnp.asarray(np.random.default_rng(2).normal(size=(3, 4 + window - 1, 5)))
+    grads = [jax.vjp(f, params, x)[1](cotangent) for f in (ours, reference)]
+    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_multichannel_tables_survive_a_donating_train_step():
+    # both tables come from one matrix; donating the state must not see one buffer twice
+    model = MODELS["cnn-multichannel-bf16"]
+    params = init_classifier(model, key(0), _pretrained())  # fresh: the step donates them
+    embed = params["embed"]
+    assert (embed["frozen_embedding"].unsafe_buffer_pointer()
+            != embed["embedding"].unsafe_buffer_pointer())
+    tx = make_optimizer(optax.adam(1e-2))
+    step = make_train_step(ClassificationLoss(model), tx)  # donates the state
+    state = create_train_state(params, tx, jax.random.key(3))  # the step wraps threefry data
+    batch = {"tokens": TOKENS, "labels": np.array([0, 1, 1, 0], np.int32),
+             "weights": np.array([1, 1, 1, 0], np.float32)}
+    for _ in range(2):
+        state, metrics = step(state, batch)
+    assert np.isfinite(metrics["loss"])
+    np.testing.assert_array_equal(state.params["embed"]["frozen_embedding"], _pretrained())
+    assert np.abs(state.params["embed"]["embedding"] - _pretrained()).max() > 1e-3
 
 
 def test_pretrained_matrix_is_checked():

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from tqdm import tqdm
@@ -216,9 +215,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def run_fold(fold: int, train: list, test: list) -> FoldResult:
         init_key, state_key = jax.random.split(jax.random.key(args.seed + fold))
         params = init_classifier(model, init_key, pretrained)
-        # multichannel: load_pretrained gives both tables the same buffer, which the donating
-        # train step cannot donate twice; give every leaf its own buffer
-        params = jax.tree.map(jnp.copy, params)
         state = create_train_state(params, optimizer, state_key)
         train_loader = bucketed_loader(train, vocab.pad_id, args.batch_size, bucket_keys,
                                        shuffle=True, seed=args.seed + fold)
