@@ -138,6 +138,7 @@ def nmt_runs(tmp_path_factory) -> dict[str, Path]:
     return run_layouts(NMT, tmp_path_factory.mktemp("nmt_layouts"))
 
 
+@pytest.mark.slow
 def test_nmt_recipe_gives_the_same_model_on_every_layout(nmt_runs):
     summaries = {name: json.loads((path / "summary.json").read_text())
                  for name, path in nmt_runs.items()}
@@ -157,6 +158,7 @@ def test_nmt_recipe_gives_the_same_model_on_every_layout(nmt_runs):
         assert (nmt_runs[layout] / "spm.model").is_file()
 
 
+@pytest.mark.slow
 def test_nmt_two_process_shards_make_the_one_process_global_batches(nmt_runs):
     """Rebuild the recipe's loaders from its saved vocabulary: the two shards' rows of every
     step are exactly the rows of the one-process batch (in another order)."""
@@ -188,6 +190,7 @@ def lm_runs(tmp_path_factory) -> dict[str, Path]:
     return run_layouts(LM, tmp_path_factory.mktemp("lm_layouts"))
 
 
+@pytest.mark.slow
 def test_lm_recipe_gives_the_same_model_on_every_layout(lm_runs):
     summaries = {name: json.loads((path / "summary.json").read_text())
                  for name, path in lm_runs.items()}
