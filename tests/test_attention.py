@@ -76,14 +76,16 @@ def test_attention_matches_reference_with_padding_and_causal_mask():
     q, k, v = (rng.normal(size=(2, 5, 3, 4)).astype(np.float32) for _ in range(3))
     tokens = jnp.array([[7, 7, 7, 1, 1], [7, 7, 7, 7, 7]])
     mask = padding_mask(tokens, 1) & causal_mask(5)
-    out = dot_product_attention(q, k, v, mask)
-    assert out.dtype == jnp.float32 and out.shape == (2, 5, 3, 4)
-    np.testing.assert_allclose(out, reference_attention(q, k, v, np.asarray(mask)), atol=1e-5)
+    # dot_product_attention is heads-major: [B, H, L, Dh] in and out.
+    out = dot_product_attention(*(np.swapaxes(a, 1, 2) for a in (q, k, v)), mask)
+    assert out.dtype == jnp.float32 and out.shape == (2, 3, 5, 4)
+    np.testing.assert_allclose(np.swapaxes(out, 1, 2),
+                               reference_attention(q, k, v, np.asarray(mask)), atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_fully_masked_row_is_finite(dtype):
-    q = k = v = jnp.ones((1, 2, 1, 4), dtype)
+    q = k = v = jnp.ones((1, 1, 2, 4), dtype)  # [B, H, L, Dh]
     out = dot_product_attention(q, k, v, jnp.zeros((1, 1, 2, 2), bool))
     assert bool(jnp.all(jnp.isfinite(out)))
 

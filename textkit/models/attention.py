@@ -6,9 +6,14 @@ float32 (see ``dot_product_attention``); scores are masked with a finite fill
 (``textkit.precision.mask_value(float32)``, so an all-masked dummy row gives a uniform
 distribution, never NaN) and soft-maxed in float32.
 
+Keys and values are kept heads-major, [B, H, L, Dh], so that the score and value products are
+plain batched matmuls over (B, H): a one-token decoding step then reads the cache in place instead
+of transposing all of it (as a [B, L, H, Dh] layout makes XLA do, every step, for every layer).
+
 Incremental decoding uses an explicit cache pytree, never flax's mutable "cache" collection:
-``{"key": [B, max_len, H, Dh], "value": [B, max_len, H, Dh]}`` in the compute dtype, with the
-write position passed separately as int32[B] (the model keeps it in its own cache).
+``{"key": [B, H, max_len, Dh], "value": [B, H, max_len, Dh]}`` in the compute dtype, with the
+write position passed separately as int32[B] (the model keeps it in its own cache); a step
+scatters its key/value into that one position.
 """
 
 from __future__ import annotations
@@ -42,34 +47,39 @@ def position_mask(positions: Array, max_length: int) -> Array:
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
                           dropout_rate: float = 0.0, dropout_rng: Array | None = None,
                           deterministic: bool = True) -> Array:
-    """Scaled dot-product attention, computed in float32.
+    """Scaled dot-product attention, computed in float32, heads-major.
 
-    query [B, Q, H, Dh], key/value [B, K, H, Dh] (any float dtype; projections arrive from
+    query [B, H, Q, Dh], key/value [B, H, K, Dh] (any float dtype; projections arrive from
     compute-dtype matmuls), mask bool broadcastable to [B, H, Q, K] or None -> float32
-    [B, Q, H, Dh]. The two batched products run in float32 on purpose: XLA:CPU has no
+    [B, H, Q, Dh]. The two batched products run in float32 on purpose: XLA:CPU has no
     bf16 x bf16 -> f32 kernel for some of their backward operand layouts ("Unsupported element
     type for DotThunk"), and a bf16 result would round the scores before the softmax. They are
     a small share of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
     """
     depth = query.shape[-1]
     query = query.astype(jnp.float32) * np.float32(depth ** -0.5)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key.astype(jnp.float32))
+    scores = jnp.einsum("bhqd,bhkd->bhqk", query, key.astype(jnp.float32))
     if mask is not None:
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
     if not deterministic and dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
         probs = jnp.where(keep, probs / np.float32(1.0 - dropout_rate), 0.0)
-    return jnp.einsum("bhqk,bkhd->bqhd", probs, value.astype(jnp.float32))
+    return jnp.einsum("bhqk,bhkd->bhqd", probs, value.astype(jnp.float32))
 
 
 def update_cache(cache: dict[str, Array], key: Array, value: Array,
                  positions: Array) -> dict[str, Array]:
-    """Write one step's key/value [B, 1, H, Dh] at ``positions`` int32[B] of the cache."""
-    max_length = cache["key"].shape[1]
-    at = (jnp.arange(max_length)[None, :] == positions[:, None])[:, :, None, None]
-    return {"key": jnp.where(at, key.astype(cache["key"].dtype), cache["key"]),
-            "value": jnp.where(at, value.astype(cache["value"].dtype), cache["value"])}
+    """Write one step's key/value [B, H, 1, Dh] at ``positions`` int32[B] of the cache
+    ([B, H, max_len, Dh]): a scatter of B*H rows, not a rewrite of the whole cache."""
+    rows = jnp.arange(positions.shape[0])
+    return {name: cache[name].at[rows, :, positions].set(new[:, :, 0].astype(cache[name].dtype))
+            for name, new in (("key", key), ("value", value))}
+
+
+def heads_major(x: Array) -> Array:
+    """[B, L, H, Dh] -> [B, H, L, Dh]."""
+    return jnp.swapaxes(x, 1, 2)
 
 
 class MultiHeadAttention(nn.Module):
@@ -99,9 +109,9 @@ class MultiHeadAttention(nn.Module):
         self.out = Dense(self.d_model, policy=self.policy, contract=2)
 
     def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values: float32[B, K, D] -> 2 x compute dtype [B, K, H, Dh]."""
-        kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)
-        return kv[..., 0, :, :], kv[..., 1, :, :]
+        """Cross-attention keys and values: float32[B, K, D] -> 2 x compute dtype [B, H, K, Dh]."""
+        kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)  # [B, K, 2, H, Dh]
+        return heads_major(kv[..., 0, :, :]), heads_major(kv[..., 1, :, :])
 
     def __call__(self, inputs_q: Array, mask: Array | None = None, *,
                  kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
@@ -121,21 +131,23 @@ class MultiHeadAttention(nn.Module):
             qkv = self.qkv(inputs_q)  # f32 [B, Q, 3, H, Dh]
             query = qkv[..., 0, :, :]
             # Keys/values are rounded to the compute dtype as the decoding cache stores them.
-            key, value = (qkv[..., i, :, :].astype(self.policy.compute_dtype) for i in (1, 2))
+            key, value = (heads_major(qkv[..., i, :, :].astype(self.policy.compute_dtype))
+                          for i in (1, 2))
             if cache is not None:
                 cache = update_cache(cache, key, value, positions)
                 key, value = cache["key"], cache["value"]
-                mask = position_mask(positions, key.shape[1])
+                mask = position_mask(positions, key.shape[2])
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        out = dot_product_attention(query, key, value, mask, dropout_rate=self.dropout_rate,
-                                    dropout_rng=dropout_rng, deterministic=deterministic)
-        out = self.out(out)
+        out = dot_product_attention(heads_major(query), key, value, mask,
+                                    dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
+                                    deterministic=deterministic)
+        out = self.out(heads_major(out))  # [B, Q, H, Dh] -> [B, Q, D]
         return out if cache is None else (out, cache)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
-        """Empty self-attention cache: key/value zeros [B, max_length, H, Dh] in compute dtype."""
-        shape = (batch_size, max_length, self.num_heads, self.d_model // self.num_heads)
+        """Empty self-attention cache: key/value zeros [B, H, max_length, Dh] in compute dtype."""
+        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
         zeros = jnp.zeros(shape, self.policy.compute_dtype)
         return {"key": zeros, "value": zeros}

@@ -117,8 +117,12 @@ class Dense(nn.Module):
         kernel = self.param("kernel", kernel_init, (*in_dims, *features), self.policy.param_dtype)
         contracted = _LETTERS[:n_in]
         produced = _LETTERS[n_in:n_in + n_out]
-        spec = f"...{contracted},{contracted}{produced}->...{produced}"
-        y = mixed_einsum(spec, x, kernel, self.policy.compute_dtype)
+        spec = f"z{contracted},{contracted}{produced}->z{produced}"
+        # One flat row axis: a plain 2-D matmul whatever the leading shape (a [B, 1, D] decoding
+        # step would otherwise get a degenerate-axis layout and a copy of every result).
+        rows = x.reshape(-1, *in_dims)
+        y = mixed_einsum(spec, rows, kernel, self.policy.compute_dtype)
+        y = y.reshape(*x.shape[:x.ndim - self.contract], *features)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
             y = y + bias.astype(jnp.float32)

@@ -132,7 +132,7 @@ class TransformerLayer(nn.Module):
         return x if cache is None else (x, new_cache)
 
     def project_memory(self, memory: Array) -> tuple[Array, Array]:
-        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype [B,S,H,Dh])."""
+        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype [B,H,S,Dh])."""
         return self.cross_attention.project_kv(memory)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
@@ -217,8 +217,9 @@ class Transformer(nn.Module):
         """Decoding cache; every leaf has leading axis B.
 
         ``{"position": int32[B], "memory_mask": bool[B, 1, 1, S], "layers": tuple of
-        {"self": {"key", "value": [B, max_length, H, Dh]}, "memory_key"/"memory_value":
-        [B, S, H, Dh]}}`` (keys/values in the compute dtype).
+        {"self": {"key", "value": [B, H, max_length, Dh]}, "memory_key"/"memory_value":
+        [B, H, S, Dh]}}`` (keys/values heads-major in the compute dtype; the memory is projected
+        here once, not at every step).
         """
         batch_size = src_tokens.shape[0]
         layers = []
