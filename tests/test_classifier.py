@@ -24,7 +24,7 @@ from textkit.models.classifier import (
 )
 from textkit.precision import Policy
 from textkit.training import create_train_state, make_train_step
-from textkit.training.classification import ClassificationLoss
+from textkit.training.classification import ClassificationLoss, max_norm
 
 V, D, PAD = 40, 8, 1
 
@@ -155,6 +155,25 @@ def test_multichannel_tables_survive_a_donating_train_step():
     assert np.isfinite(metrics["loss"])
     np.testing.assert_array_equal(state.params["embed"]["frozen_embedding"], _pretrained())
     assert np.abs(state.params["embed"]["embedding"] - _pretrained()).max() > 1e-3
+
+
+def test_max_norm_rescales_long_output_columns_only():
+    params = {"output": {"kernel": jnp.array([[3.0, 0.1], [4.0, 0.2]]), "bias": jnp.ones(2)},
+              "conv3": {"kernel": jnp.full((2, 2), 10.0)}}
+    grads = jax.tree.map(lambda p: jnp.full_like(p, -0.5), params)
+    tx = optax.chain(optax.sgd(1.0), max_norm(3.0))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    new = optax.apply_updates(params, updates)
+    stepped = params["output"]["kernel"] + 0.5                  # columns [3.5, 4.5], [0.6, 0.7]
+    long_column = stepped[:, 0] * 3.0 / np.linalg.norm(stepped[:, 0])  # rescaled to norm 3
+    np.testing.assert_allclose(new["output"]["kernel"][:, 0], long_column, rtol=1e-6)
+    np.testing.assert_allclose(new["output"]["kernel"][:, 1], stepped[:, 1], rtol=1e-6)
+    np.testing.assert_allclose(new["output"]["bias"], 1.5)      # only the kernel is constrained
+    np.testing.assert_allclose(new["conv3"]["kernel"], 10.5)
+    with pytest.raises(ValueError, match="needs params"):
+        tx.update(grads, tx.init(params))
+    with pytest.raises(ValueError, match="> 0"):
+        max_norm(0.0)
 
 
 def test_pretrained_matrix_is_checked():

@@ -55,6 +55,7 @@ from textkit.training.classification import (
     FoldResult,
     bucketed_loader,
     cross_validate,
+    max_norm,
     train_and_evaluate,
 )
 from textkit.vocab import Vocab
@@ -94,6 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--optimizer", choices=sorted(DEFAULT_LR), default="adadelta",
                    help="adadelta (rho 0.95, eps 1e-6, as Kim) or adam")
     p.add_argument("--lr", type=float, help="learning rate (default: adadelta 1.0, adam 1e-3)")
+    p.add_argument("--max-norm", type=float,
+                   help="Kim's l2 constraint: rescale each output unit's weight vector to at "
+                   "most this norm after every update (Kim: 3); off by default")
     p.add_argument("--precision", default="float32",
                    help="precision policy, e.g. float32, mixed_bfloat16, mixed_float16")
     p.add_argument("--eval-every-epoch", action="store_true",
@@ -165,6 +169,8 @@ def build_optimizer(args: argparse.Namespace, policy: Policy) -> optax.GradientT
     else:
         tx = optax.adam(args.lr)
     optimizer = make_optimizer(tx)  # frozen embedding tables get no updates
+    if args.max_norm:
+        optimizer = optax.chain(optimizer, max_norm(args.max_norm))
     return dynamic_loss_scale(optimizer) if policy.needs_loss_scaling else optimizer
 
 

@@ -68,8 +68,8 @@ def _check_common(config: Any) -> None:
 @dataclasses.dataclass(frozen=True)
 class TextCNNConfig:
     """Kim (2014) CNN: filter windows ``windows`` with ``num_filters`` maps each, ReLU,
-    max-over-time pooling, dropout, dense to ``num_classes``. (Kim's l2 max-norm constraint on
-    the output weights is not applied: Zhang & Wallace 2015 found it has little effect.)"""
+    max-over-time pooling, dropout, dense to ``num_classes``. Kim's l2 max-norm constraint on
+    the output weights is an optimizer link: ``textkit.training.classification.max_norm``."""
 
     vocab_size: int
     num_classes: int = 2

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from tqdm import tqdm
 
 from textkit.batchify import Pad, Stack
@@ -40,6 +41,7 @@ __all__ = [
     "bucketed_loader",
     "cross_validate",
     "evaluate_classifier",
+    "max_norm",
     "train_and_evaluate",
 ]
 
@@ -97,6 +99,32 @@ class ClassificationLoss:
         loss_sum, weight_sum = cross_entropy(logits, labels, weights)
         hits = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)  # [B]
         return loss_sum, (weight_sum, {"correct": jnp.sum(hits * weights)})
+
+
+def max_norm(limit: float, layer: str = "output") -> optax.GradientTransformation:
+    """Kim's (2014) l2 constraint as the last link of an optax chain: changes the updates so
+    that after ``optax.apply_updates`` every column of ``params[layer]["kernel"]`` [features,
+    classes] (one output unit's weight vector) has l2 norm at most ``limit``; longer ones are
+    rescaled to ``limit``. Every other leaf's update passes through unchanged."""
+    if limit <= 0:
+        raise ValueError(f"max-norm limit must be > 0, got {limit}")
+
+    def project(updates: Any, params: Any) -> Any:
+        if params is None:
+            raise ValueError("max_norm needs params: call tx.update(grads, state, params)")
+
+        def constrain(path, update, param):
+            names = [getattr(k, "key", None) for k in path]
+            if names[-2:] != [layer, "kernel"]:
+                return update
+            stepped = param.astype(jnp.float32) + update.astype(jnp.float32)   # [F, C]
+            norms = jnp.linalg.norm(stepped, axis=0, keepdims=True)            # [1, C]
+            scale = jnp.minimum(1.0, limit / jnp.maximum(norms, 1e-12))
+            return (stepped * scale - param.astype(jnp.float32)).astype(update.dtype)
+
+        return jax.tree_util.tree_map_with_path(constrain, updates, params)
+
+    return optax.stateless(project)
 
 
 def evaluate_classifier(eval_step: Callable, params: Any,
