@@ -148,7 +148,8 @@ def evaluate_classifier(eval_step: Callable, params: Any,
 @dataclasses.dataclass
 class FoldResult:
     """One fold: test ``accuracy`` and ``loss`` after the last epoch, sample counts, the
-    per-epoch training (and optionally test) metrics, and training+evaluation seconds."""
+    per-epoch training (and optionally test) metrics with each epoch's training seconds
+    (``train_s``, compilation included), and training+evaluation seconds."""
 
     fold: int
     accuracy: float
@@ -179,6 +180,7 @@ def train_and_evaluate(train_step: Callable, eval_step: Callable, state: TrainSt
                disable=not progress, leave=False)
     for epoch in range(epochs):
         train_loader.batch_sampler.set_epoch(epoch)
+        epoch_start = time.perf_counter()
         sums = None
         for batch in train_loader:
             state, metrics = train_step(state, batch)
@@ -188,7 +190,8 @@ def train_and_evaluate(train_step: Callable, eval_step: Callable, state: TrainSt
             bar.update(1)
         sums = jax.device_get(sums)
         record = {"epoch": epoch + 1, "train_loss": float(sums["loss_sum"] / sums["tokens"]),
-                  "train_accuracy": float(sums["correct"] / sums["tokens"])}
+                  "train_accuracy": float(sums["correct"] / sums["tokens"]),
+                  "train_s": time.perf_counter() - epoch_start}
         if eval_every_epoch or epoch + 1 == epochs:  # the result is the last epoch's
             test = evaluate_classifier(eval_step, state.params, test_loader)
             record.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
