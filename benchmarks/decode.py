@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from cpu_info import cpu_info
 
 from textkit.models import beam_search, get_model, greedy_search, model_step_fn
 
@@ -156,6 +157,9 @@ def main() -> None:
     src = rng.integers(4, vocab, size=(BATCH, SRC_LEN)).astype(np.int32)
     precision = args.precision or ("float32" if args.quick else "both")
     precisions = ["float32", "bfloat16"] if precision == "both" else [precision]
+    machine = cpu_info()
+    print(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']}",
+          flush=True)
     calibration = matmul_gflops()
     print(f"devices: {jax.devices()}; model {name}, vocab {vocab}, batch {BATCH} x {SRC_LEN}, "
           f"{steps} steps; f32 matmul {calibration:.0f} GFLOP/s now", flush=True)
@@ -184,6 +188,7 @@ def main() -> None:
         compile_s += measured[mode][best]["compile_s"]
     summary["compile_s"] = round(compile_s, 2)
     summary["matmul_gflops_at_end"] = round(matmul_gflops(), 1)
+    summary["cpu"] = machine
 
     hf = None if args.no_hf else time_huggingface(src, vocab, steps, args.repeats, args.quick)
     if hf:

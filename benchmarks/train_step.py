@@ -4,6 +4,7 @@ One step = forward, backward and Adam on a batch of 32 x 32 source and 32 x 32 t
 (no padding) with a 32,000-token shared vocabulary, dropout 0.1. Throughput counts **target
 tokens** (32 x 32 = 1,024 per step) for both implementations, as the issue's reference figures do.
 Compile time (lower + compile of the textkit step) is reported apart and never enters the timing.
+The two implementations take turns step by step, so a change in machine load hits both alike.
 
 MFU = analytic model FLOPs per step (forward matmuls x 3 for the backward; embeddings, norms,
 softmax and the optimizer not counted) / step time / the matmul peak measured here on 2048^2
@@ -22,6 +23,7 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -32,6 +34,7 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cpu_info import cpu_info  # noqa: E402
 from flax_reference import (  # noqa: E402
     ReferenceConfig,
     ReferenceTransformer,
@@ -82,18 +85,20 @@ def make_batch(seed: int) -> dict[str, np.ndarray]:
             "tgt_input": tgt[:, :-1], "tgt_output": tgt[:, 1:]}
 
 
-def time_steps(run_step, steps: int) -> float:
-    """Median seconds per step of ``run_step()`` (which blocks until done)."""
-    times = []
+def time_interleaved(runs: dict[str, Callable[[], None]], steps: int) -> dict[str, float]:
+    """Median seconds per step of each ``runs[name]()`` (which blocks until done), the runs
+    taking turns step by step so that both see the same machine load."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(steps):
-        start = time.perf_counter()
-        run_step()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def bench_textkit(size: str, policy: str, steps: int, batch) -> tuple[float, float]:
-    """(seconds per step, compile seconds) of the textkit train step."""
+def textkit_runner(size: str, policy: str, batch) -> tuple[Callable[[], None], float]:
+    """(warmed-up step runner, compile seconds) of the textkit train step."""
     s = SIZES[size]
     model = get_model("transformer_base", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB,
                       d_model=s["d_model"], num_heads=s["num_heads"], d_ff=s["d_ff"],
@@ -120,11 +125,11 @@ def bench_textkit(size: str, policy: str, steps: int, batch) -> tuple[float, flo
         holder[0], metrics = compiled(holder[0], batch)
         metrics["loss"].block_until_ready()
 
-    return time_steps(run, steps), compile_s
+    return run, compile_s
 
 
-def bench_reference(size: str, dtype_name: str, steps: int, batch) -> float:
-    """Seconds per step of the plain flax reference."""
+def reference_runner(size: str, dtype_name: str, batch) -> Callable[[], None]:
+    """Warmed-up step runner of the plain flax reference."""
     s = SIZES[size]
     config = ReferenceConfig(vocab_size=VOCAB, d_model=s["d_model"], num_heads=s["num_heads"],
                              d_ff=s["d_ff"], num_encoder_layers=s["layers"],
@@ -135,15 +140,15 @@ def bench_reference(size: str, dtype_name: str, steps: int, batch) -> float:
                                  batch["tgt_input"])["params"]
     optimizer = optax.adam(1e-4)
     step = make_reference_train_step(model, optimizer)
-    holder = [params, optimizer.init(params)]
-    rngs = iter(jax.random.split(jax.random.PRNGKey(2), steps + 1))
+    holder = [params, optimizer.init(params), jax.random.PRNGKey(2)]
 
     def run():
-        holder[0], holder[1], loss = step(holder[0], holder[1], batch, next(rngs))
+        holder[2], rng = jax.random.split(holder[2])
+        holder[0], holder[1], loss = step(holder[0], holder[1], batch, rng)
         loss.block_until_ready()
 
     run()  # compile + warm-up
-    return time_steps(run, steps)
+    return run
 
 
 def main(argv=None) -> None:
@@ -160,6 +165,9 @@ def main(argv=None) -> None:
     log(f"jax {jax.__version__} on {platform.processor() or platform.machine()}, "
         f"{jax.devices()[0].device_kind}; batch {BATCH}x{SRC_LEN} src + {BATCH}x{TGT_LEN} tgt, "
         f"vocab {VOCAB}")
+    machine = cpu_info()
+    log(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']} "
+        f"(without avx512_bf16/amx_bf16, bfloat16 matmuls are not faster than float32)")
     peaks = {"float32": matmul_peak(jnp.float32, jnp.float32),
              "bfloat16": matmul_peak(jnp.bfloat16, jnp.float32)}
     log(f"matmul peak 2048^2: float32 {peaks['float32']:.0f} GFLOP/s, "
@@ -172,8 +180,11 @@ def main(argv=None) -> None:
     for size in sizes:
         flops = model_flops(SIZES[size]["d_model"], SIZES[size]["d_ff"], SIZES[size]["layers"])
         for dtype in dtypes:
-            seconds, compile_s = bench_textkit(size, POLICIES[dtype], steps, batch)
-            reference = bench_reference(size, dtype, steps, batch)
+            textkit_run, compile_s = textkit_runner(size, POLICIES[dtype], batch)
+            medians = time_interleaved(
+                {"textkit": textkit_run, "reference": reference_runner(size, dtype, batch)},
+                steps)
+            seconds, reference = medians["textkit"], medians["reference"]
             entry = {"textkit_tok_s": round(tokens / seconds, 1),
                      "flax_ref_tok_s": round(tokens / reference, 1),
                      "ratio": round(reference / seconds, 3),
@@ -182,6 +193,7 @@ def main(argv=None) -> None:
             results[f"{size}_{dtype}"] = entry
             log(f"{size}_{dtype}: {entry}")
     results["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
+    results["cpu"] = machine
     results["tokens_counted"] = "target tokens per second (32 x 32 per step)"
     print(json.dumps(results), flush=True)
 

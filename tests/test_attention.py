@@ -12,7 +12,7 @@ from textkit.models.attention import (
     padding_mask,
     position_mask,
 )
-from textkit.models.layers import Dense, mixed_einsum, sinusoidal_positions
+from textkit.models.layers import Dense, Dropout, dropout, mixed_einsum, sinusoidal_positions
 from textkit.precision import Policy
 
 
@@ -173,3 +173,26 @@ def test_low_precision_attention_layer_gradients_run(compute):
     for got, want in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(exact)):
         assert got.dtype == jnp.float32
         np.testing.assert_allclose(got, want, rtol=0.1, atol=0.1)
+
+
+@pytest.mark.parametrize("shape", [(64, 125), (7,)])
+def test_dropout_rate_scale_and_reproducibility(shape):
+    x = jnp.ones(shape, jnp.float32)
+    out = np.asarray(dropout(x, 0.1, jax.random.PRNGKey(3)))
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], 65536 / (65536 - 6554), rtol=1e-6)
+    np.testing.assert_array_equal(out, dropout(x, 0.1, jax.random.PRNGKey(3)))
+    if x.size > 1000:  # 8,000 draws: the dropped share is within 5 sigma of 0.1
+        assert abs(1.0 - kept.mean() - 0.1) < 5 * np.sqrt(0.09 / x.size)
+        assert not np.array_equal(out, dropout(x, 0.1, jax.random.PRNGKey(4)))
+    with pytest.raises(ValueError, match="rate"):
+        dropout(x, 1.0, jax.random.PRNGKey(0))
+
+
+def test_dropout_module_deterministic_is_identity_and_keeps_dtype():
+    x = jnp.full((4, 300), 2.0, jnp.bfloat16)
+    module = Dropout(0.5)
+    assert module.apply({}, x, deterministic=True) is x
+    out = module.apply({}, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(0)})
+    assert out.dtype == jnp.bfloat16
+    assert set(np.unique(np.asarray(out, np.float32))) == {0.0, 4.0}

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.models.layers import Dense
+from textkit.models.layers import Dense, dropout
 from textkit.precision import Policy, mask_value
 
 Array = jax.Array
@@ -63,8 +63,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
     if not deterministic and dropout_rate > 0.0:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-        probs = jnp.where(keep, probs / np.float32(1.0 - dropout_rate), 0.0)
+        probs = dropout(probs, dropout_rate, dropout_rng)
     return jnp.einsum("bhqk,bhkd->bhqd", probs, value.astype(jnp.float32))
 
 

@@ -11,6 +11,7 @@ slower mixed) matmul, losing most of the mixed-precision speed-up.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -82,8 +83,6 @@ def mixed_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
     return _low_precision_einsum(spec, x, y, compute_dtype)
 
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
 
 def _xavier(in_rank: int, out_rank: int, batch_axis: tuple[int, ...] = ()) -> Initializer:
     """Glorot-uniform over a kernel of shape [*in_dims, *out_dims] (fans per projection)."""
@@ -115,13 +114,13 @@ class Dense(nn.Module):
         n_in, n_out = len(in_dims), len(features)
         kernel_init = _xavier(n_in, n_out, tuple(n_in + a for a in self.batch_axes))
         kernel = self.param("kernel", kernel_init, (*in_dims, *features), self.policy.param_dtype)
-        contracted = _LETTERS[:n_in]
-        produced = _LETTERS[n_in:n_in + n_out]
-        spec = f"z{contracted},{contracted}{produced}->z{produced}"
-        # One flat row axis: a plain 2-D matmul whatever the leading shape (a [B, 1, D] decoding
-        # step would otherwise get a degenerate-axis layout and a copy of every result).
-        rows = x.reshape(-1, *in_dims)
-        y = mixed_einsum(spec, rows, kernel, self.policy.compute_dtype)
+        # Always one plain 2-D matmul [rows, in] x [in, out]: XLA:CPU runs it fastest (a
+        # [B, 1, D] decoding step would otherwise get a degenerate-axis layout and a copy of
+        # every result), and it has no bf16 x bf16 -> f32 kernel for some multi-axis backward
+        # products (e.g. the kernel gradient of a fused [D, 3, H, Dh] projection).
+        rows = x.reshape(-1, math.prod(in_dims))
+        matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
+        y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
         y = y.reshape(*x.shape[:x.ndim - self.contract], *features)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
@@ -206,6 +205,43 @@ class PositionEmbedding(nn.Module):
         return x + jnp.take(self.table, positions, axis=0).astype(jnp.float32)
 
 
+_UNIFORM_LEVELS = 2 ** 16
+
+
+def dropout(x: Array, rate: float, rng: Array) -> Array:
+    """Inverted dropout: zero each element of ``x`` [...] with probability ``rate`` and scale
+    the others by 1 / (keep probability); same shape and dtype.
+
+    Each element draws a 16-bit uniform, two from every 32-bit random word: half the threefry
+    work of ``jax.random.bernoulli`` (one 32-bit word per element), which is a tenth of a
+    Transformer train step on CPU. ``rate`` is therefore rounded to a multiple of 2**-16 (0.1
+    becomes 0.100006) and the scale uses that rounded rate, so the expectation is exact.
+    """
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
+    threshold = round(rate * _UNIFORM_LEVELS)
+    if threshold == 0:
+        return x
+    words = jax.random.bits(rng, ((x.size + 1) // 2,), jnp.uint32)
+    uniforms = jnp.concatenate([words & np.uint32(0xFFFF), words >> np.uint32(16)])
+    keep = uniforms[:x.size].reshape(x.shape) >= np.uint32(threshold)
+    scale = np.float32(_UNIFORM_LEVELS / (_UNIFORM_LEVELS - threshold))
+    return jnp.where(keep, x * scale.astype(x.dtype), jnp.zeros((), x.dtype))
+
+
+class Dropout(nn.Module):
+    """``dropout`` as a module (flax ``nn.Dropout``'s interface): takes its key from the
+    "dropout" rng collection; the identity when ``deterministic`` or ``rate == 0``."""
+
+    rate: float
+
+    @nn.compact
+    def __call__(self, x: Array, *, deterministic: bool) -> Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        return dropout(x, self.rate, self.make_rng("dropout"))
+
+
 class FeedForward(nn.Module):
     """Position-wise ``Dense(d_ff) -> relu -> dropout -> Dense(d_model)``: float32 [..., D]."""
 
@@ -216,5 +252,5 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
         h = nn.relu(Dense(self.d_ff, policy=self.policy, name="wi")(x))
-        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], policy=self.policy, name="wo")(h)

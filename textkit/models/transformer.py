@@ -24,7 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
-from textkit.models.layers import Dense, Embed, FeedForward, LayerNorm, PositionEmbedding
+from textkit.models.layers import (
+    Dense,
+    Dropout,
+    Embed,
+    FeedForward,
+    LayerNorm,
+    PositionEmbedding,
+)
 from textkit.models.registry import register_model
 from textkit.precision import Policy
 
@@ -96,7 +103,7 @@ class TransformerLayer(nn.Module):
             self.cross_norm = LayerNorm(self.policy)
         self.feed_forward = FeedForward(self.d_ff, self.dropout, self.policy)
         self.ff_norm = LayerNorm(self.policy)
-        self.drop = nn.Dropout(self.dropout)
+        self.drop = Dropout(self.dropout)
 
     def _residual(self, x, sublayer, norm, deterministic):
         if self.pre_norm:
@@ -168,7 +175,7 @@ class Transformer(nn.Module):
             self.decoder_norm = LayerNorm(c.policy)
         if not c.tie_output:
             self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
 
     def _target_embed(self) -> Embed:
         return self.src_embed if self.config.share_embeddings else self.tgt_embed
