@@ -71,7 +71,8 @@ def _reorder_cache(new_cache: Any, old_cache: Any, flat_parent: jax.Array) -> An
     old_leaves = jax.tree_util.tree_leaves(old_cache)
     if len(new_leaves) != len(old_leaves):
         raise ValueError("step_fn must return a cache with the same structure it was given")
-    moved = [new if new is old else jnp.take(new, flat_parent, axis=0)
+    # Parents are valid rows by construction: no out-of-bounds fill (a select per element).
+    moved = [new if new is old else new.at[flat_parent].get(mode="promise_in_bounds")
              for new, old in zip(new_leaves, old_leaves)]
     return jax.tree_util.tree_unflatten(treedef, moved)
 

@@ -157,6 +157,16 @@ class Embed(nn.Module):
         return mixed_einsum("...d,vd->...v", x, self.embedding, self.policy.compute_dtype)
 
 
+def log_softmax(logits: Array) -> Array:
+    """``logits - logsumexp(logits)`` over the last axis, float32 [..., V].
+
+    Same values as ``jax.nn.log_softmax``, but XLA:CPU fuses that one's max-subtraction into
+    the logits matmul as a slow fused kernel: for [128, 512] x [512, 32000] it takes ~80 ms
+    instead of ~30 ms (most of a beam-search step)."""
+    logits = logits.astype(jnp.float32)
+    return logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+
+
 class LayerNorm(nn.Module):
     """Layer norm computed in float32 (scale and bias in param dtype): float32 [..., D]."""
 

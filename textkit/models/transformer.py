@@ -31,6 +31,7 @@ from textkit.models.layers import (
     FeedForward,
     LayerNorm,
     PositionEmbedding,
+    log_softmax,
 )
 from textkit.models.registry import register_model
 from textkit.precision import Policy
@@ -248,7 +249,7 @@ class Transformer(nn.Module):
                 x, None, memory_kv=(layer_cache["memory_key"], layer_cache["memory_value"]),
                 memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position)
             new_layers.append({**layer_cache, "self": self_cache})
-        log_probs = jax.nn.log_softmax(self._logits(x)[:, 0], axis=-1)
+        log_probs = log_softmax(self._logits(x)[:, 0])
         return log_probs, {"position": position + 1, "memory_mask": cache["memory_mask"],
                            "layers": tuple(new_layers)}
 
