@@ -91,7 +91,7 @@ class TransformerLM(nn.Module):
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
         """Empty cache: ``{"position": int32[B], "layers": tuple of {"key", "value":
-        [B, max_length, H, Dh] in the compute dtype}}``."""
+        [B, H, max_length, Dh] (heads-major) in the compute dtype}}``."""
         return {"position": jnp.zeros((batch_size,), jnp.int32),
                 "layers": tuple(layer.init_cache(batch_size, max_length)
                                 for layer in self.layers)}
