@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -54,6 +53,7 @@ from textkit.data.toy import write_toy_lm_corpus
 from textkit.models import get_model, list_models
 from textkit.precision import Policy, dynamic_loss_scale
 from textkit.training import CheckpointManager, create_train_state, perplexity
+from textkit.training.files import write_json_atomic
 from textkit.training.language_model import (
     initial_carry,
     learning_rate_of,
@@ -136,19 +136,6 @@ def parse_model_args(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Write ``value`` as JSON atomically (temp file, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 class Log:
     """Prints (through tqdm, so bars stay intact) and appends to ``train.log``; process 0 only."""
 
@@ -225,7 +212,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = get_model(args.model, **model_args)
     excluded = (vocab.pad_id,)
     if is_main:
-        write_json(save_dir / "config.json", {
+        write_json_atomic(save_dir / "config.json", {
             "model": args.model, "model_args": model_args,
             "args": {k: v for k, v in vars(args).items() if k not in launch}})
         vocab.save(save_dir / "vocab.json")
@@ -362,7 +349,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "num_processes": jax.process_count(), "last_loss": loss, "jax": jax.__version__,
     }
     if is_main:
-        write_json(save_dir / "summary.json", summary)
+        write_json_atomic(save_dir / "summary.json", summary)
     log(json.dumps({k: summary[k] for k in ("valid_ppl", "test_ppl", "wall_s",
                                              "tokens_per_s", "best_epoch")}))
     return summary

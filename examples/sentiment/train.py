@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +57,7 @@ from textkit.training.classification import (
     max_norm,
     train_and_evaluate,
 )
+from textkit.training.files import write_json_atomic
 from textkit.vocab import Vocab
 
 DATASETS = ("toy", "mr", "sst2", "imdb")
@@ -116,19 +115,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--mode {args.mode} " + ("takes no pretrained vectors" if pretrained else
                 "needs --embedding-path or --embedding-source"))
     return args
-
-
-def write_json(path: Path, value: Any) -> None:
-    """Write ``value`` as JSON atomically (temp file, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def load_segments(args: argparse.Namespace) -> dict[str, tuple[list[str], np.ndarray]]:
@@ -258,7 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bucket_keys": bucket_keys, "num_compiles": loss_fn.num_traces,
         "policy": str(policy), "device": jax.devices()[0].platform,
     }
-    write_json(save_dir / "summary.json", summary)
+    write_json_atomic(save_dir / "summary.json", summary)
     tqdm.write(f"{len(cv.folds)} fold(s): accuracy {100 * cv.accuracy_mean:.2f} ± "
                f"{100 * cv.accuracy_std:.2f} %, {loss_fn.num_traces} compiled programs, "
                f"wall {summary['wall_s']:.1f} s -> {save_dir / 'summary.json'}")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from textkit.data import DataLoader, FixedBucketSampler, SentencePieceTokenizer
 from textkit.models import get_model
 from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager
+from textkit.training.files import write_json_atomic, write_text_atomic
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
 
@@ -188,25 +187,6 @@ def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[st
 
 
 # ------------------------------------------------------------------------------------ run dir
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json_atomic(path: str | os.PathLike, value: Any) -> None:
-    """Write ``value`` as indented JSON to ``path`` atomically."""
-    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
-
-
 @dataclasses.dataclass(frozen=True)
 class TranslationDir:
     """The files of one translation training run under ``root``.
