@@ -44,13 +44,14 @@ def load_script(name: str):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """An uninterrupted 8-step run, and a 4-step run resumed to 8 steps."""
+    """An uninterrupted 8-step run, and a run cut short by its time budget (at its first
+    logged step, 2) resumed to 8 steps."""
     train = load_script("train")
     root = tmp_path_factory.mktemp("nmt")
     whole = train.main([*FAST, "--max-steps", "8", "--average-last", "2",
                         "--save-dir", str(root / "whole")])
-    first = train.main([*FAST, "--max-steps", "4", "--average-last", "2",
-                        "--save-dir", str(root / "resumed")])
+    first = train.main([*FAST, "--max-steps", "8", "--average-last", "2",
+                        "--time-budget-min", "1e-6", "--save-dir", str(root / "resumed")])
     resumed = train.main([*FAST, "--max-steps", "8", "--average-last", "2", "--resume",
                           "--save-dir", str(root / "resumed")])
     return {"root": root, "whole": whole, "first": first, "resumed": resumed, "train": train}
@@ -118,6 +119,13 @@ def test_checkpoints_record_validation_and_data_position(runs):
     assert extra["progress"]["train_tokens"] > 0
     assert extra["sampler"]["position"] + extra["sampler"]["epoch"] * extra["sampler"][
         "num_steps"] == 8
+
+
+def test_time_budget_stops_training_and_still_tests(runs):
+    first = runs["first"]
+    assert first["steps"] == 2 and "test_bleu" in first
+    extra = restore_latest(runs["root"] / "resumed")[1]
+    assert set(extra["progress"]["valid_bleu"]) == {"2", "4", "8"}
 
 
 @pytest.mark.slow

@@ -39,8 +39,9 @@ def forward(model, variables, src, tgt):
 
 def decode_all(model, variables, src, tgt):
     """Log-probs of feeding ``tgt`` token by token through decode_step: f32 [B, T, V]."""
-    memory = model.apply(variables, src, method="encode")
-    cache = model.apply(variables, memory, src, tgt.shape[1], method="init_cache")
+    memory = jax.jit(functools.partial(model.apply, method="encode"))(variables, src)
+    cache = jax.jit(functools.partial(model.apply, method="init_cache"), static_argnums=3)(
+        variables, memory, src, tgt.shape[1])
     step = jax.jit(functools.partial(model.apply, method="decode_step"))
     out = []
     for t in range(tgt.shape[1]):
@@ -150,13 +151,16 @@ def test_policy_dtypes(policy):
     src, tgt = tokens(10, (2, 7)), tokens(11, (2, 6))
     logits = forward(model, variables, src, tgt)
     assert logits.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(logits)))
-    assert model.apply(variables, src, method="encode").dtype == policy.output_dtype
+    # jitted: op-by-op (eager) execution of the whole model costs far more compile time
+    memory = jax.jit(functools.partial(model.apply, method="encode"))(variables, src)
+    assert memory.dtype == policy.output_dtype
     loss = lambda v: jnp.mean(jax.nn.logsumexp(model.apply(v, src, tgt), axis=-1))
     check_matmul_dtypes(dot_generals(jax.grad(loss), variables), policy)
-    grads = jax.grad(loss)(variables)
+    grads = jax.jit(jax.grad(loss))(variables)
     assert all(g.dtype == policy.param_dtype for g in jax.tree_util.tree_leaves(grads))
-    cache = model.apply(variables, model.apply(variables, src, method="encode"), src, 4,
-                        method="init_cache")
+    cache = jax.jit(functools.partial(model.apply, method="init_cache"), static_argnums=3)(
+        variables, memory, src, 4)
     assert cache["layers"][0]["self"]["key"].dtype == policy.compute_dtype
-    log_probs, _ = model.apply(variables, cache, tgt[:, 0], method="decode_step")
+    log_probs, _ = jax.jit(functools.partial(model.apply, method="decode_step"))(
+        variables, cache, tgt[:, 0])
     assert log_probs.dtype == jnp.float32

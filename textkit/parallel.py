@@ -277,6 +277,15 @@ def eval_step_shardings(mesh: Mesh, params: Any) -> dict[str, Any]:
     }
 
 
+def main_process_decides(flag: bool) -> bool:
+    """Process 0's ``flag`` on every process: a decision taken from a local clock (a time
+    budget) must be the same everywhere, or the processes stop at different steps and hang.
+    A collective when there are several processes; every process must call it."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag, np.bool_)))
+
+
 def to_host(tree: Any) -> Any:
     """The pytree as numpy arrays, whole, on every process.
 

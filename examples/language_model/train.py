@@ -290,7 +290,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"epoch {epoch}, window {index}: loss is {loss}")
                 elapsed = train_s + now - epoch_start
-                if args.time_budget_min and elapsed >= 60 * args.time_budget_min:
+                if args.time_budget_min and parallel.main_process_decides(
+                        elapsed >= 60 * args.time_budget_min):
                     out_of_time = True
                     break
         bar.close()

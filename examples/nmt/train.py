@@ -107,6 +107,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--max-steps", type=int, default=None, help="overrides --epochs")
     p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--time-budget-min", type=float, default=None,
+                   help="stop training after this many minutes of training time (evaluation "
+                        "excluded), then evaluate and test as at --max-steps")
     p.add_argument("--eval-interval", type=int, default=500,
                    help="steps between validation BLEU + checkpoint (0: at the end only)")
     p.add_argument("--valid-size", type=int, default=0,
@@ -298,6 +301,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}",
                                 lr=f"{float(schedule(step - 1)):.2e}")
                 window_tokens, window_start = 0, now
+                elapsed = progress["train_seconds"] + now - segment_start
+                if args.time_budget_min and parallel.main_process_decides(
+                        elapsed >= 60 * args.time_budget_min):
+                    max_steps = step  # out of time: the last evaluation and save happen now
+                    bar.write(f"time budget of {args.time_budget_min:g} min reached at step "
+                              f"{step}")
             if step == max_steps or (args.eval_interval and step % args.eval_interval == 0):
                 jax.block_until_ready(state)
                 count_tokens()
