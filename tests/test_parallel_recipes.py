@@ -33,6 +33,8 @@ NMT = [str(ROOT / "examples" / "nmt" / "train.py"),
        "--batch-rows-multiple", "2", "--num-buckets", "1", "--max-steps", "3",
        "--eval-interval", "0", "--beam-size", "1", "--decode-batch-size", "8",
        "--warmup-steps", "2", "--log-interval", "1",
+       # a budget never reached: every logged step still asks process 0 whether to stop
+       "--time-budget-min", "1000",
        "--model-overrides",
        "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1,dropout=0.0"]
 
