@@ -301,9 +301,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}",
                                 lr=f"{float(schedule(step - 1)):.2e}")
                 window_tokens, window_start = 0, now
-                elapsed = progress["train_seconds"] + now - segment_start
                 if args.time_budget_min and parallel.main_process_decides(
-                        elapsed >= 60 * args.time_budget_min):
+                        progress["train_seconds"] + now - segment_start
+                        >= 60 * args.time_budget_min):
                     max_steps = step  # out of time: the last evaluation and save happen now
                     bar.write(f"time budget of {args.time_budget_min:g} min reached at step "
                               f"{step}")

@@ -82,11 +82,9 @@ def _decode_rows(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, cap
 
 
 def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
-    """First index of the largest log-prob per row, int32[N]. ``lax.top_k`` (ties: lower index
-    first, as ``argmax``) is a sorting kernel on CPU, twice as fast as argmax's variadic
-    reduce over a 32k vocabulary."""
+    """First index of the largest log-prob per row, int32[N]."""
     del key
-    return lax.top_k(log_probs, 1)[1][:, 0]
+    return jnp.argmax(log_probs, axis=-1)
 
 
 def greedy_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array, *,
