@@ -1,10 +1,13 @@
 """Attention, masks, cache and mixed-precision einsum."""
 
+from unittest import mock
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from textkit.models import layers
 from textkit.models.attention import (
     MultiHeadAttention,
     causal_mask,
@@ -16,8 +19,9 @@ from textkit.models.layers import Dense, Dropout, dropout, mixed_einsum, sinusoi
 from textkit.precision import Policy
 
 
-def dot_generals(fn, *args):
-    """All dot_general equations in the (nested) jaxpr of ``fn(*args)``."""
+def dot_generals(fn, *args, native=True):
+    """All dot_general equations in the (nested) jaxpr of ``fn(*args)``, traced with native
+    low-precision dots (as on an accelerator) unless ``native`` is False (XLA:CPU's way)."""
     found = []
 
     def visit(jaxpr):
@@ -31,7 +35,8 @@ def dot_generals(fn, *args):
                     elif isinstance(sub, jax.extend.core.Jaxpr):
                         visit(sub)
 
-    visit(jax.make_jaxpr(fn)(*args).jaxpr)
+    with mock.patch.object(layers, "native_low_precision_dots", lambda: native):
+        visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
 
 
@@ -116,6 +121,24 @@ def test_mixed_einsum_backward_runs_in_compute_dtype(compute):
     for eqn in dots:
         assert [a.aval.dtype for a in eqn.invars] == [compute, compute]
         assert eqn.outvars[0].aval.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("compute", [jnp.bfloat16, jnp.float16])
+def test_emulated_low_precision_dots_multiply_rounded_operands_in_float32(compute):
+    """XLA:CPU's way: the three products of forward + backward take float32 copies of
+    compute-dtype operands, so the forward equals the exact product of the rounded operands."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 64))
+    w = jax.random.normal(jax.random.PRNGKey(1), (64, 5))
+    loss = lambda x, w: jnp.sum(jnp.tanh(mixed_einsum("nd,df->nf", x, w, compute)))
+    dots = dot_generals(jax.grad(loss, argnums=(0, 1)), x, w, native=False)
+    assert len(dots) == 3
+    assert all([a.aval.dtype for a in eqn.invars] == [jnp.float32] * 2 for eqn in dots)
+    with mock.patch.object(layers, "native_low_precision_dots", lambda: False):
+        got = np.asarray(mixed_einsum("nd,df->nf", x, w, compute))
+    rounded = [np.asarray(a.astype(compute), np.float64) for a in (x, w)]
+    np.testing.assert_allclose(got, rounded[0] @ rounded[1], rtol=1e-5, atol=1e-5)
+    # ...which is not the float32 product: the rounding to the compute dtype did happen.
+    assert np.abs(got - np.asarray(x, np.float64) @ np.asarray(w, np.float64)).max() > 1e-3
 
 
 def test_dense_param_dtype_and_fused_init():

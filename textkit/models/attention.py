@@ -51,10 +51,9 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
 
     query [B, H, Q, Dh], key/value [B, H, K, Dh] (any float dtype; projections arrive from
     compute-dtype matmuls), mask bool broadcastable to [B, H, Q, K] or None -> float32
-    [B, H, Q, Dh]. The two batched products run in float32 on purpose: XLA:CPU has no
-    bf16 x bf16 -> f32 kernel for some of their backward operand layouts ("Unsupported element
-    type for DotThunk"), and a bf16 result would round the scores before the softmax. They are
-    a small share of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
+    [B, H, Q, Dh]. The two batched products run in float32 on purpose: a bf16 result would round
+    the scores before the softmax. They are a small share of the FLOPs at translation lengths
+    (4*T*d per token against 24*d^2).
     """
     depth = query.shape[-1]
     query = query.astype(jnp.float32) * np.float32(depth ** -0.5)

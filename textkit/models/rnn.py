@@ -85,8 +85,7 @@ class LSTM(nn.Module):
             kept = jax.random.bernoulli(self.make_rng("dropout"), keep, w_hh.shape)
             w_hh = jnp.where(kept, w_hh / keep, 0).astype(pdt)
 
-        # One matmul for the input projection of every step, time-major. (Transposing the
-        # input, not the product: XLA:CPU has no bf16 x bf16 -> f32 dot with a transposed output.)
+        # One matmul for the input projection of every step, time-major.
         gates_x = mixed_einsum("tbd,dg->tbg", jnp.swapaxes(inputs, 0, 1), w_ih, cdt)
         gates_x = gates_x + bias.astype(jnp.float32)
         w_hh = w_hh.astype(cdt)  # cast once, outside the loop
