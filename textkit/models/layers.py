@@ -5,7 +5,9 @@ both operands to ``policy.compute_dtype`` and accumulates into a float32 result
 (``preferred_element_type=float32``). The residual stream, layer norm and everything else stays
 float32. ``mixed_einsum`` also keeps the *backward* matmuls in the compute dtype: plain autodiff
 would multiply the float32 cotangent with the bfloat16 operand, which XLA runs as a float32 (or
-slower mixed) matmul, losing most of the mixed-precision speed-up.
+slower mixed) matmul, losing most of the mixed-precision speed-up. Where the backend has no fast
+low-precision dot (XLA:CPU, see ``native_low_precision_dots``) the rounded operands are multiplied
+in float32: the same numbers, at the float32 kernel's speed.
 """
 
 from __future__ import annotations
