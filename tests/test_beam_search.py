@@ -18,9 +18,9 @@ from toy_decoders import (
     table_step,
 )
 
-from textkit.models.beam_search import beam_search
-from textkit.models.decoding import length_penalty
-from textkit.models.sampling import greedy_search
+from textkit.decoding.beam_search import beam_search
+from textkit.decoding.contract import length_penalty
+from textkit.decoding.sampling import greedy_search
 
 # Exhaustive-search tests: 3 real tokens + EOS over 4 steps, 40 EOS-ended + 81 truncated
 # hypotheses, all inside a beam of 128.

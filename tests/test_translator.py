@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from textkit.data.tokenizers import SentencePieceTokenizer
+from textkit.decoding.translator import Translator, encode_and_search
 from textkit.models import beam_search, get_model, greedy_search, model_step_fn
-from textkit.models.translator import Translator, encode_and_search
 
 SENTENCES = [
     "the red friend runs .",

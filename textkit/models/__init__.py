@@ -3,16 +3,16 @@
 Importing this package registers every preset (``list_models()`` shows them).
 """
 
-from textkit.models.beam_search import beam_search
+from textkit.decoding.beam_search import beam_search
+from textkit.decoding.contract import DecodeOutput, length_penalty, model_step_fn, prefill
+from textkit.decoding.sampling import greedy_search, sample
+from textkit.decoding.translator import Translator
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
-from textkit.models.decoding import DecodeOutput, length_penalty, model_step_fn, prefill
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
 from textkit.models.registry import get_model, list_models, register_model
-from textkit.models.sampling import greedy_search, sample
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
-from textkit.models.translator import Translator
 
 __all__ = [
     "AWDLSTMLM", "AWDLSTMLMConfig", "DecodeOutput", "GNMT", "GNMTConfig", "LSTMLM",

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from textkit.models.decoding import (
+from textkit.decoding.contract import (
     DecodeOutput,
     StepFn,
     batch_size_of,

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from textkit.models.beam_search import beam_search
-from textkit.models.decoding import DecodeOutput, model_step_fn
+from textkit.decoding.beam_search import beam_search
+from textkit.decoding.contract import DecodeOutput, model_step_fn
 
 MaxLength = int | Callable[[int], int]
 
