@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import sentencepiece as spm
 
+from textkit._io import write_bytes_atomic
 from textkit.vocab import Vocab
 
 __all__ = ["SentencePieceTokenizer", "WhitespaceTokenizer"]
@@ -43,18 +43,6 @@ class WhitespaceTokenizer:
 
     def __repr__(self) -> str:
         return "WhitespaceTokenizer()"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _model_path(model_prefix_or_path: str | os.PathLike) -> Path:
@@ -138,7 +126,7 @@ class SentencePieceTokenizer:
         except RuntimeError as err:
             raise ValueError(f"SentencePiece training failed: {err}") from err
         path = _model_path(model_prefix_or_path)
-        _write_atomic(path, model.getvalue())
+        write_bytes_atomic(path, model.getvalue())
         tokenizer = cls(path, num_threads=-1 if num_threads is None else num_threads)
         if verbose:
             print(f"trained SentencePiece {model_type} model: {len(tokenizer)} pieces in "
@@ -153,7 +141,7 @@ class SentencePieceTokenizer:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the model to ``path`` (``.model`` added if missing) atomically."""
         path = _model_path(path)
-        _write_atomic(path, self._sp.serialized_model_proto())
+        write_bytes_atomic(path, self._sp.serialized_model_proto())
         return path
 
     def __getstate__(self) -> dict:

@@ -34,10 +34,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+
+from textkit._io import write_text_atomic
 
 __all__ = [
     "NounPhrase",
@@ -400,15 +401,8 @@ def _generate(kind: str, segment: str, num: int | None, seed: int,
     return out
 
 
-def _write_atomic(path: Path, lines: list[str]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def _write_lines(path: Path, lines: list[str]) -> None:
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 # ------------------------------------------------------------------------------ public corpora
@@ -445,7 +439,7 @@ def write_toy_translation(dirpath: str | os.PathLike, seed: int = 0,
         pairs = toy_translation(segment, (sizes or {}).get(segment), seed)
         for suffix, side in ((src_suffix, 0), (tgt_suffix, 1)):
             path = out_dir / f"{segment}.{suffix}"
-            _write_atomic(path, [p[side] for p in pairs])
+            _write_lines(path, [p[side] for p in pairs])
             paths[f"{segment}.{suffix}"] = path
     return paths
 
@@ -470,7 +464,7 @@ def write_toy_lm_corpus(dirpath: str | os.PathLike, seed: int = 0,
     paths = {}
     for segment in SEGMENTS:
         path = out_dir / f"{segment}.txt"
-        _write_atomic(path, toy_lm_corpus(segment, (sizes or {}).get(segment), seed))
+        _write_lines(path, toy_lm_corpus(segment, (sizes or {}).get(segment), seed))
         paths[segment] = path
     return paths
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from textkit._io import atomic_dir
 from textkit.embedding.fasttext_bin import FastTextSubwords
 
 __all__ = ["load_cache", "save_cache"]
@@ -29,9 +28,7 @@ def save_cache(path: str | os.PathLike, tokens: list[str], vectors: np.ndarray,
     path = Path(path)
     if any("\n" in t or "\r" in t for t in tokens):
         raise ValueError("tokens containing line breaks cannot be cached")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with atomic_dir(path) as staging:
         np.save(staging / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
         (staging / "tokens.txt").write_bytes("\n".join(tokens).encode("utf-8"))
         meta = {"format_version": _FORMAT_VERSION, "count": len(tokens),
@@ -43,16 +40,6 @@ def save_cache(path: str | os.PathLike, tokens: list[str], vectors: np.ndarray,
             meta["subwords"] = {"minn": subwords.minn, "maxn": subwords.maxn,
                                 "bucket": subwords.bucket, "eos_ngrams": subwords.eos_ngrams}
         (staging / "meta.json").write_text(json.dumps(meta))
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(staging, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, path)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return path
 
 
