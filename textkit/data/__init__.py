@@ -1,5 +1,6 @@
 """Datasets, tokenizers, samplers and the loader. Never imports jax or flax."""
 
+from textkit.data import catalogue  # noqa: F401  (registers the named corpora)
 from textkit.data.datasets import (
     LanguageModelCorpus,
     ParallelTextDataset,

@@ -12,7 +12,6 @@ import hashlib
 import os
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -21,11 +20,15 @@ from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
+from textkit._io import atomic_path, scratch_dir
+
 __all__ = [
     "ChecksumError",
     "OfflineError",
     "download",
     "extract_archive",
+    "fetch",
+    "fetch_archive",
     "file_hash",
     "textkit_home",
     "verify_file",
@@ -102,33 +105,54 @@ def download(url: str, path: str | os.PathLike, *, sha256: str | None = None,
     expected = _expected_hash(sha256, sha1, md5)
     if not overwrite and verify_file(path, sha256=sha256, sha1=sha1, md5=md5):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.new(expected[0] if expected else "sha256")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                response = urllib.request.urlopen(url, timeout=60)
-            except (urllib.error.URLError, OSError, ValueError) as err:
-                raise OfflineError([path], path.parent, [url], reason=str(err)) from err
-            with response:
-                total = response.headers.get("Content-Length")
-                with tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
-                          unit_divisor=1024, desc=f"download {path.name}",
-                          disable=not progress) as bar:
-                    for chunk in iter(lambda: response.read(_CHUNK), b""):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        bar.update(len(chunk))
+    with atomic_path(path, suffix=".part") as tmp, open(tmp, "wb") as out:
+        try:
+            response = urllib.request.urlopen(url, timeout=60)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise OfflineError([path], path.parent, [url], reason=str(err)) from err
+        with response:
+            total = response.headers.get("Content-Length")
+            with tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
+                      unit_divisor=1024, desc=f"download {path.name}",
+                      disable=not progress) as bar:
+                for chunk in iter(lambda: response.read(_CHUNK), b""):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
         if expected is not None and digest.hexdigest() != expected[1]:
             raise ChecksumError(
                 f"checksum mismatch for {url}: expected {expected[0]} {expected[1]}, "
                 f"got {digest.hexdigest()}; the downloaded file was deleted")
-        os.replace(tmp_name, path)
-    finally:
-        if os.path.exists(tmp_name):
-            os.remove(tmp_name)
     return path
+
+
+def fetch(urls: Sequence[str], path: str | os.PathLike, *,
+          checksum: tuple[str, str] | None = None, progress: bool = True) -> Path:
+    """``download`` from the first of ``urls`` (a canonical url, then mirrors) that answers.
+
+    ``checksum`` is ``(algorithm, hexdigest)`` or None. A ``path`` that is already there and
+    matches is kept. Raises ``OfflineError`` naming ``path``, its folder and every url when
+    none answers, ``ChecksumError`` when a download does not match.
+    """
+    path = Path(path)
+    hashes = {} if checksum is None else {checksum[0]: checksum[1]}
+    errors = []
+    for url in urls:
+        try:
+            return download(url, path, progress=progress, **hashes)
+        except OfflineError as err:
+            errors.append(err.reason)
+    raise OfflineError([path], path.parent, urls, reason="; ".join(errors))
+
+
+def fetch_archive(urls: Sequence[str], archive: str | os.PathLike, dest: str | os.PathLike, *,
+                  checksum: tuple[str, str] | None = None, members: Iterable[str] | None = None,
+                  flatten: bool = False, progress: bool = True) -> list[Path]:
+    """``fetch`` the ``archive`` (kept when present and verified), then ``extract_archive`` it
+    into ``dest``; returns the extracted paths."""
+    fetch(urls, archive, checksum=checksum, progress=progress)
+    return extract_archive(archive, dest, members=members, flatten=flatten)
 
 
 def _archive_kind(archive: Path) -> str:
@@ -161,8 +185,7 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
     def selected(name: str) -> bool:
         return wanted is None or (PurePosixPath(name).name if flatten else name) in wanted
 
-    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest))
-    try:
+    with scratch_dir(dest, ".extract-") as staging:
         if kind == "gz":
             names = [archive.name[: -len(".gz")]]
             with gzip.open(archive, "rb") as src, open(staging / names[0], "wb") as out:
@@ -190,8 +213,6 @@ def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
             os.replace(staging / name, target)
             extracted.append(target)
         return extracted
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _check_inside(root: Path, name: str, archive: Path) -> None:

@@ -181,7 +181,7 @@ def get_source(kind: str, name: str) -> PretrainedSource:
 
 def _fetch(source: PretrainedSource, folder: Path, progress: bool) -> Path:
     """The vector file in ``folder``, downloaded and unpacked when absent."""
-    from textkit.data.download import ChecksumError, download, extract_archive, verify_file
+    from textkit.data.download import ChecksumError, fetch, fetch_archive, verify_file
 
     target = folder / source.filename
     if target.exists():
@@ -189,12 +189,13 @@ def _fetch(source: PretrainedSource, folder: Path, progress: bool) -> Path:
             raise ChecksumError(f"{target}: SHA-1 differs from the published {source.file_sha1};"
                                 " delete the file to download it again")
         return target
+    checksum = None if source.url_sha1 is None else ("sha1", source.url_sha1)
     if not source.needs_extraction:
-        return download(source.url, target, sha1=source.url_sha1, progress=progress)
+        return fetch([source.url], target, checksum=checksum, progress=progress)
     archive = folder / source.url.rsplit("/", 1)[-1]
-    download(source.url, archive, sha1=source.url_sha1, progress=progress)
     members = None if source.member is None else [source.member]
-    extract_archive(archive, folder, members=members, flatten=True)
+    fetch_archive([source.url], archive, folder, checksum=checksum, members=members,
+                  flatten=True, progress=progress)
     if not target.exists():
         raise FileNotFoundError(f"{archive}: extracting it gave no {source.filename}")
     if not verify_file(target, sha1=source.file_sha1):
