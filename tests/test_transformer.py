@@ -153,7 +153,7 @@ def test_policy_dtypes(policy):
     assert logits.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(logits)))
     # jitted: op-by-op (eager) execution of the whole model costs far more compile time
     memory = jax.jit(functools.partial(model.apply, method="encode"))(variables, src)
-    assert memory.dtype == policy.output_dtype
+    assert memory["memory"].dtype == policy.output_dtype
     loss = lambda v: jnp.mean(jax.nn.logsumexp(model.apply(v, src, tgt), axis=-1))
     check_matmul_dtypes(dot_generals(jax.grad(loss), variables), policy)
     grads = jax.jit(jax.grad(loss))(variables)

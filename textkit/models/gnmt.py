@@ -1,4 +1,5 @@
-"""GNMT: LSTM encoder-decoder with attention (Wu et al. 2016), on the seq2seq decoding contract.
+"""GNMT: LSTM encoder-decoder with attention (Wu et al. 2016), a ``Seq2SeqModel`` of the decoding
+contract (``textkit.decoding.contract``).
 
 Encoder: layer 1 is bidirectional (``H`` per direction, outputs concatenated to ``2H``); layers
 2.. are unidirectional ``H``; residual connections ``x + LSTM(x)`` from layer 3 on, as in Wu et
@@ -113,7 +114,7 @@ class RecurrentAttention(nn.Module):
 
 
 class GNMT(nn.Module):
-    """GNMT encoder-decoder; see the module docstring and COMMON decoding contract."""
+    """GNMT encoder-decoder; see the module docstring and ``textkit.decoding.contract``."""
 
     config: GNMTConfig
 
@@ -137,7 +138,8 @@ class GNMT(nn.Module):
 
     def encode(self, src_tokens: jax.Array, *, deterministic: bool = True) -> dict[str, jax.Array]:
         """``src_tokens`` int32 ``[B,S]`` -> ``{"memory": [B,S,Dm] compute dtype (zero at
-        padding), "src_mask": bool [B,S]}``; ``Dm`` is ``H`` (``2H`` with one encoder layer)."""
+        padding), "src_mask": bool [B,S]}`` (the contract's ``Encoded``); ``Dm`` is ``H``
+        (``2H`` with one encoder layer)."""
         mask = src_tokens != self.config.pad_id
         x = self._embed(self.src_embedding, src_tokens)
         x = self.encoder_bidirectional(self.dropout(x, deterministic=deterministic), mask)

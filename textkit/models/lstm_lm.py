@@ -1,8 +1,9 @@
 """Recurrent language models: a Zaremba-style LSTM LM and an AWD-LSTM-style LM.
 
-Both follow the LM contract: ``__call__(tokens, state=None, *, deterministic=True) ->
-(logits float32 [B,T,V], state)``. ``state`` is a tuple over layers of float32 ``(h, c)
-[B,H_l]`` pairs; pass the returned state into the next BPTT window (wrap it in
+Both are ``LanguageModel``s of the decoding contract (``textkit.decoding.contract``):
+``__call__(tokens, state=None, *, deterministic=True) -> (logits float32 [B,T,V], state)``.
+``state`` is a tuple over layers of float32 ``(h, c) [B,H_l]`` pairs (``initial_state(B)``
+gives zeros); pass the returned state into the next BPTT window (wrap it in
 ``jax.lax.stop_gradient`` to truncate backpropagation there). Positions with ``tokens == pad_id``
 leave the state unchanged, so a padded last window carries the state of its last real token.
 ``init_cache(batch_size, max_length)`` / ``decode_step(cache, tokens)`` run one token at a time

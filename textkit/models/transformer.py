@@ -1,11 +1,11 @@
 """Transformer encoder-decoder (Vaswani et al., 2017) under a precision policy.
 
-Implements the seq2seq decoding contract (all through ``model.apply({"params": p}, ...,
-method=...)``)::
+A ``Seq2SeqModel`` of the decoding contract (``textkit.decoding.contract``), all through
+``model.apply({"params": p}, ..., method=...)``::
 
     logits = model.apply(v, src_tokens, tgt_input)                # f32 [B, T, V]
-    memory = model.apply(v, src_tokens, method="encode")           # f32 [B, S, D]
-    cache = model.apply(v, memory, src_tokens, max_length, method="init_cache")
+    encoded = model.apply(v, src_tokens, method="encode")          # {"memory", "src_mask"}
+    cache = model.apply(v, encoded, src_tokens, max_length, method="init_cache")
     log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
 
 Source padding (``pad_id``) is masked out of every attention over the source. The decoder's
@@ -181,8 +181,9 @@ class Transformer(nn.Module):
     def _target_embed(self) -> Embed:
         return self.src_embed if self.config.share_embeddings else self.tgt_embed
 
-    def encode(self, src_tokens: Array, *, deterministic: bool = True) -> Array:
-        """src_tokens int32[B, S] -> memory [B, S, D] in the policy's output dtype."""
+    def encode(self, src_tokens: Array, *, deterministic: bool = True) -> dict[str, Array]:
+        """src_tokens int32[B, S] -> ``{"memory": [B, S, D] in the policy's output dtype,
+        "src_mask": bool[B, S]}`` (the contract's ``Encoded``)."""
         c = self.config
         positions = jnp.broadcast_to(jnp.arange(src_tokens.shape[1]), src_tokens.shape)
         x = self.src_positions(self.src_embed(src_tokens), positions)
@@ -192,7 +193,7 @@ class Transformer(nn.Module):
             x = layer(x, mask, deterministic=deterministic)
         if c.pre_norm:
             x = self.encoder_norm(x)
-        return x.astype(c.policy.output_dtype)
+        return {"memory": x.astype(c.policy.output_dtype), "src_mask": src_tokens != c.pad_id}
 
     def _logits(self, x: Array) -> Array:
         c = self.config
@@ -218,11 +219,12 @@ class Transformer(nn.Module):
     def __call__(self, src_tokens: Array, tgt_input: Array, *,
                  deterministic: bool = True) -> Array:
         """src_tokens int32[B, S], tgt_input int32[B, T] -> logits float32[B, T, V]."""
-        memory = self.encode(src_tokens, deterministic=deterministic)
+        memory = self.encode(src_tokens, deterministic=deterministic)["memory"]
         return self.decode(memory, src_tokens, tgt_input, deterministic=deterministic)
 
-    def init_cache(self, memory: Array, src_tokens: Array, max_length: int) -> dict[str, Any]:
-        """Decoding cache; every leaf has leading axis B.
+    def init_cache(self, memory: dict[str, Array], src_tokens: Array,
+                   max_length: int) -> dict[str, Any]:
+        """Decoding cache from ``encode``'s output; every leaf has leading axis B.
 
         ``{"position": int32[B], "memory_mask": bool[B, 1, 1, S], "layers": tuple of
         {"self": {"key", "value": [B, H, max_length, Dh]}, "memory_key"/"memory_value":
@@ -232,7 +234,7 @@ class Transformer(nn.Module):
         batch_size = src_tokens.shape[0]
         layers = []
         for layer in self.decoder_layers:
-            key, value = layer.project_memory(memory)
+            key, value = layer.project_memory(memory["memory"])
             layers.append({"self": layer.init_cache(batch_size, max_length),
                            "memory_key": key, "memory_value": value})
         return {"position": jnp.zeros((batch_size,), jnp.int32),

@@ -1,8 +1,10 @@
 """Decoder-only Transformer language model under a precision policy.
 
-Language-model contract (through ``model.apply({"params": p}, ..., method=...)``)::
+A ``LanguageModel`` of the decoding contract (``textkit.decoding.contract``), through
+``model.apply({"params": p}, ..., method=...)``::
 
     logits, state = model.apply(v, tokens)                          # f32 [B, T, V], None
+    state = model.initial_state(batch_size)                         # None
     cache = model.apply(v, batch_size, max_length, method="init_cache")
     log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
 
@@ -76,6 +78,10 @@ class TransformerLM(nn.Module):
         if self.config.pre_norm:
             x = self.final_norm(x)
         return self.embed.attend(x) if self.config.tie_output else self.output(x)
+
+    def initial_state(self, batch_size: int) -> None:
+        """No state between windows: None for any ``batch_size``."""
+        del batch_size
 
     def __call__(self, tokens: Array, state: None = None, *,
                  deterministic: bool = True) -> tuple[Array, None]:
