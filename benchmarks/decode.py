@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from cpu_info import cpu_info
 
-from textkit.models import beam_search, get_model, greedy_search, model_step_fn
+from textkit.decoding import beam_search, greedy_search, model_step_fn
+from textkit.models import get_model
 
 BATCH, SRC_LEN, STEPS, VOCAB = 32, 24, 32, 32000
 PAD, BOS, EOS = 1, 2, 3
@@ -51,8 +52,8 @@ def decoder(model: Any, mode: str, steps: int):
 
     def run(params, src_tokens):
         variables = {"params": params}
-        memory = model.apply(variables, src_tokens, method="encode")
-        cache = model.apply(variables, memory, src_tokens, steps, method="init_cache")
+        encoded = model.apply(variables, src_tokens, method="encode")
+        cache = model.apply(variables, encoded, src_tokens, steps, method="init_cache")
         if mode == "beam4":
             out = beam_search(step_fn, params, cache, BOS, beam_size=4, max_length=steps,
                               eos_id=EOS, alpha=0.6, pad_id=PAD, min_length=steps)

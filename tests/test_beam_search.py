@@ -18,9 +18,7 @@ from toy_decoders import (
     table_step,
 )
 
-from textkit.decoding.beam_search import beam_search
-from textkit.decoding.contract import length_penalty
-from textkit.decoding.sampling import greedy_search
+from textkit.decoding import beam_search, greedy_search, length_penalty, model_step_fn, prefill
 
 # Exhaustive-search tests: 3 real tokens + EOS over 4 steps, 40 EOS-ended + 81 truncated
 # hypotheses, all inside a beam of 128.
@@ -194,7 +192,7 @@ def test_bad_arguments_are_reported():
 @pytest.mark.slow
 def test_gnmt_sentence_alone_equals_sentence_in_padded_batch():
     """Real recurrent cache (LSTM state + attention memory) reordered by parent beam."""
-    from textkit.models import get_model, model_step_fn
+    from textkit.models import get_model
 
     model = get_model("gnmt_tiny", src_vocab_size=20, tgt_vocab_size=20, dropout=0.0,
                       pad_id=PAD_ID)
@@ -221,7 +219,7 @@ def test_gnmt_sentence_alone_equals_sentence_in_padded_batch():
 @pytest.mark.slow
 def test_language_model_prefix_continuation_matches_full_forward():
     """prefill + greedy_search continue a prompt exactly as argmax over the full forward pass."""
-    from textkit.models import get_model, model_step_fn, prefill
+    from textkit.models import get_model
 
     model = get_model("lstm_lm_tiny", vocab_size=30, dropout=0.0, pad_id=PAD_ID)
     prompt = jnp.asarray(np.random.default_rng(1).integers(4, 30, size=(2, 5)), jnp.int32)

@@ -19,12 +19,11 @@ from textkit.models.classifier import (
     WideConv,
     init_classifier,
     load_pretrained,
-    make_optimizer,
     trainable_mask,
 )
 from textkit.precision import Policy
-from textkit.training import create_train_state, make_train_step
-from textkit.training.classification import ClassificationLoss, max_norm
+from textkit.tasks.classification import make_loss
+from textkit.training import create_train_state, freeze, make_train_step, max_norm
 
 V, D, PAD = 40, 8, 1
 
@@ -89,7 +88,7 @@ def test_frozen_and_tuned_embeddings_after_one_step(name, frozen, tuned):
     for table in embed.values():  # every copy starts from the pretrained matrix
         np.testing.assert_array_equal(table, pre)
     # weight decay would move a frozen table if the optimizer did not mask it
-    tx = make_optimizer(optax.adamw(1e-2, weight_decay=0.1))
+    tx = freeze(optax.adamw(1e-2, weight_decay=0.1), trainable_mask)
     labels = jnp.array([0, 1, 1, 0])
 
     @jax.jit
@@ -145,8 +144,8 @@ def test_multichannel_tables_survive_a_donating_train_step():
     embed = params["embed"]
     assert (embed["frozen_embedding"].unsafe_buffer_pointer()
             != embed["embedding"].unsafe_buffer_pointer())
-    tx = make_optimizer(optax.adam(1e-2))
-    step = make_train_step(ClassificationLoss(model), tx)  # donates the state
+    tx = freeze(optax.adam(1e-2), trainable_mask)
+    step = make_train_step(make_loss(model), tx)  # donates the state
     state = create_train_state(params, tx, jax.random.key(3))  # the step wraps threefry data
     batch = {"tokens": TOKENS, "labels": np.array([0, 1, 1, 0], np.int32),
              "weights": np.array([1, 1, 1, 0], np.float32)}
@@ -184,7 +183,7 @@ def test_pretrained_matrix_is_checked():
         init_classifier(TextCNN(TextCNNConfig(V)), key(0), _pretrained())
     with pytest.raises(ValueError, match=r"shape \(40, 9\).*needs \(40, 8\)"):
         load_pretrained(_params("lstm-static-max"), np.zeros((V, 9), np.float32))
-    with pytest.raises(ValueError, match="unknown embedding mode"):
+    with pytest.raises(ValueError, match="mode='frozen'; expected one of"):
         TextCNNConfig(V, mode="frozen")
     with pytest.raises(ValueError, match="pooling"):
         RNNClassifierConfig(V, pooling="last")
@@ -222,7 +221,7 @@ def test_learns_toy_sentiment(make):
     x_test, y_test = _encode(test, vocab, 24)
     model = make(len(vocab) + 4)
     params = init_classifier(model, key(0))
-    tx = make_optimizer(optax.adam(3e-3))
+    tx = freeze(optax.adam(3e-3), trainable_mask)
     state = tx.init(params)
 
     @jax.jit

@@ -13,18 +13,9 @@ import pytest
 
 from textkit.data import BPTTBatches, toy_lm_corpus
 from textkit.models import get_model
-from textkit.training import create_train_state
-from textkit.training.language_model import (
-    initial_carry,
-    learning_rate_of,
-    lm_optimizer,
-    make_lm_eval_step,
-    make_lm_train_step,
-    next_learning_rate,
-    stream_nll,
-    stream_windows,
-    with_learning_rate,
-)
+from textkit.tasks import language_model as lm
+from textkit.tasks.language_model import next_learning_rate, stream_nll, stream_windows
+from textkit.training import create_train_state, learning_rate_of, with_learning_rate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "language_model"
 PAD, EOS, VOCAB = 1, 3, 40
@@ -52,9 +43,9 @@ def random_stream(length: int, seed: int) -> np.ndarray:
 def test_eval_state_carry_equals_whole_sequence(tiny_lm):
     model, params = tiny_lm
     ids = random_stream(61, seed=1)
-    eval_step = make_lm_eval_step(model, excluded_ids=(PAD,))
+    eval_step = lm.make_eval_step(model, excluded_ids=(PAD,))
     carried, count = stream_nll(eval_step, params, stream_windows(ids, 7, EOS, PAD),
-                                initial_carry(model, 1))
+                                model.initial_state(1))
     assert count == len(ids)
 
     # the whole sequence in one call of the model, NLL computed by hand
@@ -67,7 +58,7 @@ def test_eval_state_carry_equals_whole_sequence(tiny_lm):
     # resetting the state at every window is measurably different: the carry matters
     reset = 0.0
     for window in stream_windows(ids, 7, EOS, PAD):
-        _, metrics = eval_step(params, window, initial_carry(model, 1))
+        _, metrics = eval_step(params, window, model.initial_state(1))
         reset += float(metrics["loss_sum"])
     assert abs(reset - whole) > 0.01 * whole
 
@@ -76,10 +67,10 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
     model, params = tiny_lm
     windows = BPTTBatches(random_stream(3 * 23, seed=2), batch_size=3, seq_len=5,
                           last_batch="keep", pad_id=PAD)      # 22 targets/row: last window padded
-    optimizer = lm_optimizer("sgd", 0.0, clip_norm=5.0)        # lr 0: params stay put
+    optimizer = lm.optimizer("sgd", 0.0, clip_norm=5.0)        # lr 0: params stay put
     state = create_train_state(params, optimizer, jax.random.key(1))
-    train_step = make_lm_train_step(model, optimizer, excluded_ids=(PAD,), donate=False)
-    carry = initial_carry(model, 3)
+    train_step = lm.make_train_step(model, optimizer, excluded_ids=(PAD,), donate=False)
+    carry = model.initial_state(3)
     for window in windows:
         state, carry, metrics = train_step(state, window, carry)
         assert np.isfinite(float(metrics["loss"]))
@@ -93,10 +84,10 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
 def test_learning_rate_is_optimizer_state(tiny_lm):
     model, params = tiny_lm
     window = BPTTBatches(random_stream(2 * 9, seed=3), 2, 8, pad_id=PAD)[0]
-    optimizer = lm_optimizer("sgd", 1.0, clip_norm=None)
+    optimizer = lm.optimizer("sgd", 1.0, clip_norm=None)
     state = create_train_state(params, optimizer, jax.random.key(2))
-    train_step = make_lm_train_step(model, optimizer, donate=False)
-    carry = initial_carry(model, 2)
+    train_step = lm.make_train_step(model, optimizer, donate=False)
+    carry = model.initial_state(2)
 
     full, _, _ = train_step(state, window, carry)
     halved_opt = with_learning_rate(state.opt_state, 0.5)
@@ -112,9 +103,9 @@ def test_learning_rate_is_optimizer_state(tiny_lm):
     for a, b in zip(jax.tree.leaves(step_full), jax.tree.leaves(step_half)):
         np.testing.assert_allclose(b, 0.5 * a, rtol=1e-4, atol=1e-6)  # f32 rounding
 
-    adam = lm_optimizer("adam", 1e-3, clip_norm=1.0)
+    adam = lm.optimizer("adam", 1e-3, clip_norm=1.0)
     assert learning_rate_of(with_learning_rate(adam.init(params), 2e-4)) == pytest.approx(2e-4)
-    with pytest.raises(ValueError, match="inject_hyperparams"):
+    with pytest.raises(ValueError, match="learning_rate"):
         learning_rate_of(jax.numpy.zeros(()))
 
 
@@ -157,7 +148,7 @@ def test_end_to_end_toy_run_resume_and_sample(tmp_path, capsys):
     assert [h["epoch"] for h in summary["history"]] == [1, 2, 3]
     assert summary["history"][:2] == first["history"]   # epochs 1-2 restored, not rerun
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
-    for key in ("config", "valid_ppl", "test_ppl", "wall_s", "tokens_per_s"):
+    for key in ("task", "config", "valid_ppl", "test_ppl", "wall_s", "tokens_per_s", "history"):
         assert key in written
     assert written["test_ppl"] == pytest.approx(summary["test_ppl"])
     log = (tmp_path / "run" / "train.log").read_text()

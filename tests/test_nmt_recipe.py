@@ -14,15 +14,10 @@ import pytest
 
 from textkit.batchify import BatchShape
 from textkit.data import toy_translation
-from textkit.training import CheckpointManager
-from textkit.training.seq2seq import (
-    Seq2SeqBatchify,
-    TranslationDir,
-    bleu_scores,
-    build_translation_model,
-    init_params,
-    make_seq2seq_loader,
-)
+from textkit.models import parse_overrides
+from textkit.tasks import translation
+from textkit.tasks.translation import Seq2SeqBatchify, bleu_scores, build_model, init_params
+from textkit.training import CheckpointManager, RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "nmt"
@@ -78,7 +73,7 @@ def test_batchify_builds_shifted_targets_and_dummy_rows():
 def test_loader_shapes_are_the_bucket_shapes():
     samples = [(list(range(4, 4 + n)), list(range(4, 4 + m)))
                for n, m in zip(range(1, 41), range(40, 0, -1))]
-    loader = make_seq2seq_loader(samples, 256, pad_id=1, bos_id=2, eos_id=3, num_buckets=3)
+    loader = translation.make_loader(samples, 256, pad_id=1, bos_id=2, eos_id=3, num_buckets=3)
     allowed = {(s.rows, *s.lengths) for s in loader.batch_sampler.bucket_shapes}
     batches = list(loader)
     seen = {(b["src_tokens"].shape[0], b["src_tokens"].shape[1], b["tgt_input"].shape[1])
@@ -87,11 +82,11 @@ def test_loader_shapes_are_the_bucket_shapes():
     assert sum(int((b["src_lengths"] > 0).sum()) for b in batches) == len(samples)
 
 
-def test_build_translation_model_rejects_unknown_fields():
+def test_build_model_rejects_unknown_fields():
     with pytest.raises(ValueError, match="no config field"):
-        build_translation_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50,
+        build_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50,
                                 pad_id=1, not_a_field=3)
-    model = build_translation_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=60,
+    model = build_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=60,
                                     pad_id=1, precision="mixed_bfloat16")
     assert not model.config.share_embeddings
     assert str(model.config.policy) == "params=float32,compute=bfloat16,output=float32"
@@ -101,13 +96,13 @@ def test_build_translation_model_rejects_unknown_fields():
 def test_summary_has_the_documented_keys(runs):
     summary = runs["whole"]
     saved = json.loads((runs["root"] / "whole" / "summary.json").read_text())
-    for key in ("config", "test_bleu", "test_bleu_lowercase", "signature", "wall_s",
-                "train_tokens_per_s", "num_compiles"):
+    for key in ("task", "config", "test_bleu", "test_bleu_lowercase", "signature", "wall_s",
+                "tokens_per_s", "num_compiles", "history", "stopped_by"):
         assert key in saved, key
     assert saved["test_bleu"] == summary["test_bleu"]
     assert saved["signature"].startswith("nrefs:1|case:mixed|")
     assert saved["signature_lowercase"].startswith("nrefs:1|case:lc|")
-    assert saved["steps"] == 8 and saved["train_tokens_per_s"] > 0
+    assert saved["steps"] == 8 and saved["tokens_per_s"] > 0
     # at most one train-step program per bucket shape
     assert 1 <= saved["num_compiles"] <= saved["num_bucket_shapes"] == 2
 
@@ -115,8 +110,9 @@ def test_summary_has_the_documented_keys(runs):
 @pytest.mark.slow
 def test_checkpoints_record_validation_and_data_position(runs):
     extra = restore_latest(runs["root"] / "whole")[1]
-    assert set(extra["progress"]["valid_bleu"]) == {"4", "8"}
-    assert extra["progress"]["train_tokens"] > 0
+    assert [h["step"] for h in extra["progress"]["history"]] == [4, 8]
+    assert all("valid_bleu" in h for h in extra["progress"]["history"])
+    assert extra["progress"]["tokens"] > 0
     assert extra["sampler"]["position"] + extra["sampler"]["epoch"] * extra["sampler"][
         "num_steps"] == 8
 
@@ -124,8 +120,9 @@ def test_checkpoints_record_validation_and_data_position(runs):
 def test_time_budget_stops_training_and_still_tests(runs):
     first = runs["first"]
     assert first["steps"] == 2 and "test_bleu" in first
+    assert first["stopped_by"] == "time_budget"
     extra = restore_latest(runs["root"] / "resumed")[1]
-    assert set(extra["progress"]["valid_bleu"]) == {"2", "4", "8"}
+    assert [h["step"] for h in extra["progress"]["history"]] == [2, 4, 8]
 
 
 @pytest.mark.slow
@@ -174,13 +171,13 @@ def test_translate_script_reproduces_the_test_evaluation(runs, tmp_path):
 
 @pytest.mark.slow
 def test_final_params_load_for_translation(runs):
-    run = TranslationDir(runs["root"] / "whole")
+    run = RunDir(runs["root"] / "whole")
     config = run.read_config()
-    src_tok, tgt_tok = run.tokenizers(config["joint_spm"])
-    model = build_translation_model(config["model"], src_vocab_size=len(src_tok),
-                                    tgt_vocab_size=len(tgt_tok), pad_id=src_tok.pad_id,
-                                    shared_vocab=config["joint_spm"],
-                                    **config["model_overrides"])
+    src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
+    model = build_model(config["model"], src_vocab_size=len(src_tok),
+                        tgt_vocab_size=len(tgt_tok), pad_id=src_tok.pad_id,
+                        shared_vocab=config["joint_spm"],
+                        **parse_overrides(config["model_overrides"]))
     target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
     params, extra = run.load_final(target)
     assert extra["source"] == runs["whole"]["evaluated"]

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from textkit.training import CheckpointManager
-from textkit.training.seq2seq import TranslationDir, encode_pairs, make_seq2seq_loader
+from textkit.tasks import translation
+from textkit.training import CheckpointManager, RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 420  # generous: the suite may share 2 cores with other jobs
@@ -166,12 +166,12 @@ def test_nmt_two_process_shards_make_the_one_process_global_batches(nmt_runs):
     step are exactly the rows of the one-process batch (in another order)."""
     from textkit.data import toy_translation
 
-    src_tok, tgt_tok = TranslationDir(nmt_runs["two_processes"]).tokenizers(joint=True)
-    samples = encode_pairs(toy_translation("train", num_sentences=200, seed=0), src_tok,
+    src_tok, tgt_tok = translation.tokenizers(RunDir(nmt_runs["two_processes"]), joint=True)
+    samples = translation.encode_pairs(toy_translation("train", num_sentences=200, seed=0), src_tok,
                            tgt_tok, max_length=128)
 
     def loader(budget: int, shards: int, shard: int, multiple: int):
-        return make_seq2seq_loader(samples, budget, pad_id=tgt_tok.pad_id,
+        return translation.make_loader(samples, budget, pad_id=tgt_tok.pad_id,
                                    bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id, num_buckets=1,
                                    seed=0, num_shards=shards, shard_id=shard,
                                    batch_rows_multiple=multiple)
@@ -215,24 +215,19 @@ def test_lm_recipe_gives_the_same_model_on_every_layout(lm_runs):
 def test_lm_step_keeps_the_recurrent_state_split_over_data():
     from textkit import parallel
     from textkit.models import get_model
+    from textkit.tasks import language_model as lm
     from textkit.training import create_train_state
-    from textkit.training.language_model import (
-        initial_carry,
-        lm_optimizer,
-        lm_train_step_shardings,
-        make_lm_train_step,
-    )
 
     model = get_model("lstm_lm_tiny", vocab_size=20, pad_id=1)
     tokens = np.full((2, 4), 3, np.int32)
-    optimizer = lm_optimizer("sgd", 0.1)
+    optimizer = lm.optimizer("sgd", 0.1)
     mesh = parallel.make_mesh()
     state = parallel.replicate(create_train_state(
         model.init(jax.random.key(0), tokens)["params"], optimizer, jax.random.key(1)), mesh)
-    step = make_lm_train_step(model, optimizer, **lm_train_step_shardings(mesh, state))
+    step = lm.make_train_step(model, optimizer, **lm.train_step_shardings(mesh, state))
     batch = parallel.global_batch({"inputs": tokens, "targets": tokens,
                                    "mask": np.ones((2, 4), np.float32)}, mesh)
-    carry = parallel.global_batch(initial_carry(model, 2), mesh)
+    carry = parallel.global_batch(model.initial_state(2), mesh)
     state, carry, metrics = step(state, batch, carry)
     data = parallel.data_sharding(mesh)
     for leaf in jax.tree_util.tree_leaves(carry):

@@ -17,7 +17,7 @@ from toy_decoders import (
     table_step,
 )
 
-from textkit.decoding.sampling import greedy_search, sample
+from textkit.decoding import greedy_search, sample
 
 V, L, B = 10, 8, 6
 

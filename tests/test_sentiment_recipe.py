@@ -11,15 +11,15 @@ import pytest
 
 from textkit.batchify import BatchShape
 from textkit.models.classifier import TextCNN, TextCNNConfig, init_classifier
-from textkit.training import make_eval_step
-from textkit.training.classification import (
+from textkit.tasks.classification import (
     ClassificationBatchify,
-    ClassificationLoss,
     FoldResult,
-    bucketed_loader,
     cross_validate,
-    evaluate_classifier,
+    evaluate,
+    make_loader,
+    make_loss,
 )
+from textkit.training import make_eval_step
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sentiment" / "train.py"
 VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "embeddings" / "vectors"
@@ -55,12 +55,12 @@ def test_evaluation_counts_every_sample_once_and_ignores_dummy_rows():
     model = TextCNN(TextCNNConfig(30, embed_dim=8, num_filters=4, windows=(2, 3), pad_id=PAD))
     params = init_classifier(model, jax.random.key(0))
     samples = _samples(23)
-    eval_step = make_eval_step(ClassificationLoss(model))
+    eval_step = make_eval_step(make_loss(model))
     # batch size 5 over 23 samples in two buckets: partial batches padded with dummy rows
-    loader = bucketed_loader(samples, PAD, 5, [4, 11], shuffle=False)
+    loader = make_loader(samples, PAD, 5, [4, 11], shuffle=False)
     shapes = {tuple(b["tokens"].shape) for b in loader}
     assert shapes <= {(5, 4), (5, 11)}
-    result = evaluate_classifier(eval_step, params, loader)
+    result = evaluate(eval_step, params, loader)
     assert result["count"] == 23
     # reference: all samples in one batch padded to the longest (no dummy rows, no buckets)
     tokens = np.full((len(samples), 11), PAD, np.int32)
@@ -108,7 +108,8 @@ def test_toy_run_learns_and_writes_summary(tmp_path):
                            "--no-progress"])
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary))
-    assert {"config", "accuracy_mean", "accuracy_std", "folds", "wall_s"} <= set(written)
+    assert {"task", "config", "accuracy_mean", "accuracy_std", "folds", "wall_s",
+            "history", "num_compiles"} <= set(written)
     assert written["config"]["dataset"] == "toy" and len(written["folds"]) == 1
     fold = written["folds"][0]
     assert fold["test_samples"] == 150 and fold["train_samples"] == 1200

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from textkit.data.tokenizers import SentencePieceTokenizer
+from textkit.decoding import Seq2SeqModel, beam_search, greedy_search, model_step_fn
 from textkit.decoding.translator import Translator, encode_and_search
-from textkit.models import beam_search, get_model, greedy_search, model_step_fn
+from textkit.models import get_model
 
 SENTENCES = [
     "the red friend runs .",
@@ -34,12 +35,16 @@ class CopyModel(nn.Module):
     pad_id: int
     eos_id: int
 
-    def encode(self, src_tokens):
-        return src_tokens                                                   # [B, S]
+    def __call__(self, src_tokens, tgt_input, *, deterministic=True):
+        raise NotImplementedError("decoding only")
+
+    def encode(self, src_tokens, *, deterministic=True):
+        return {"memory": src_tokens, "src_mask": src_tokens != self.pad_id}   # [B, S]
 
     def init_cache(self, memory, src_tokens, max_length):
-        del src_tokens, max_length
-        return {"source": memory, "position": jnp.zeros(memory.shape[:1], jnp.int32)}
+        del max_length
+        return {"source": memory["memory"],
+                "position": jnp.zeros(src_tokens.shape[:1], jnp.int32)}
 
     def decode_step(self, cache, tokens):
         del tokens
@@ -60,25 +65,26 @@ def tokenizer(tmp_path_factory):
 
 def test_copy_model_round_trips_in_input_order(tokenizer):
     model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
-    translator = Translator(model, {}, tokenizer, tokenizer, beam_size=2, batch_size=4,
+    assert isinstance(model, Seq2SeqModel)
+    translator = Translator(model, tokenizer, tokenizer, beam_size=2, batch_size=4,
                             bucket_round_to=8)
-    assert translator.translate(SENTENCES) == SENTENCES
+    assert translator.translate({}, SENTENCES) == SENTENCES
     # 11 sentences in 3 batches of 4 rows; source lengths rounded to multiples of 8.
     assert len(translator.compiled_shapes) <= 3
     assert all(rows == 4 and length % 8 == 0 for rows, length, _ in translator.compiled_shapes)
     compiled = encode_and_search._cache_size()
     again = [SENTENCES[i] for i in (10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)]
-    assert translator.translate(again) == again
+    assert translator.translate({}, again) == again
     assert encode_and_search._cache_size() == compiled, "same batch shapes must not recompile"
-    assert translator.translate([]) == []
+    assert translator.translate({}, []) == []
 
 
 def test_max_length_caps_each_sentence(tokenizer):
     model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
-    translator = Translator(model, {}, tokenizer, tokenizer, beam_size=1, batch_size=4,
+    translator = Translator(model, tokenizer, tokenizer, beam_size=1, batch_size=4,
                             max_length=lambda n: n // 2 + 1)
     sources = tokenizer.encode(SENTENCES[:4])
-    outputs = translator.translate_ids(sources)
+    outputs = translator.translate_ids({}, sources)
     for source, output in zip(sources, outputs):
         cap = len(source) // 2 + 1
         assert output == source[:cap]
@@ -91,9 +97,9 @@ def test_mismatched_padding_is_reported(tokenizer):
         config = type("Config", (), {"pad_id": tokenizer.pad_id + 1})()
 
     with pytest.raises(ValueError, match="pad"):
-        Translator(Configured(), {}, tokenizer, tokenizer)
+        Translator(Configured(), tokenizer, tokenizer)
     with pytest.raises(ValueError, match="batch_size"):
-        Translator(model, {}, tokenizer, tokenizer, batch_size=0)
+        Translator(model, tokenizer, tokenizer, batch_size=0)
 
 
 class IdTokenizer:
@@ -112,8 +118,8 @@ def tiny_transformer():
 
 def _decode_alone(model, params, source, max_length):
     src = jnp.asarray([source], jnp.int32)                                    # [1, S] unpadded
-    memory = model.apply({"params": params}, src, method="encode")
-    cache = model.apply({"params": params}, memory, src, max_length, method="init_cache")
+    encoded = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, encoded, src, max_length, method="init_cache")
     return beam_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, beam_size=3,
                        max_length=max_length, eos_id=IdTokenizer.eos_id, alpha=0.6,
                        pad_id=IdTokenizer.pad_id)
@@ -123,9 +129,9 @@ def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transfo
     model, params = tiny_transformer
     rng = np.random.default_rng(0)
     sources = [rng.integers(4, 24, size=n).tolist() for n in (7, 2, 13, 5, 3, 9)]
-    translator = Translator(model, params, IdTokenizer(), IdTokenizer(), beam_size=3,
+    translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=3,
                             alpha=0.6, max_length=12, batch_size=4)
-    outputs = translator.translate_ids(sources)
+    outputs = translator.translate_ids(params, sources)
     assert translator.compiled_shapes == {(4, 8, 12), (4, 16, 12)}
     for index in (2, 4):   # the longest source (16-wide batch) and one padded 3 -> 8
         alone = _decode_alone(model, params, sources[index], 12)
@@ -137,8 +143,8 @@ def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transfo
 def test_transformer_beam_one_equals_greedy_without_eos(tiny_transformer):
     model, params = tiny_transformer
     src = jnp.asarray(np.random.default_rng(1).integers(4, 24, size=(3, 8)), jnp.int32)
-    memory = model.apply({"params": params}, src, method="encode")
-    cache = model.apply({"params": params}, memory, src, 6, method="init_cache")
+    encoded = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, encoded, src, 6, method="init_cache")
     options = dict(max_length=6, eos_id=IdTokenizer.eos_id, pad_id=IdTokenizer.pad_id,
                    min_length=6)
     beam = beam_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, beam_size=1,

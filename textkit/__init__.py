@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _SUBMODULES = (
     "batchify",
     "data",
+    "decoding",
     "embedding",
     "models",
     "parallel",

@@ -11,16 +11,14 @@ and top-p (nucleus) filtering. ``<eos>`` prints as a line break; ``<pad>`` is ne
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.models import get_model, model_step_fn, prefill, sample
-from textkit.training import CheckpointManager
-from textkit.training.language_model import ExcludeTokensStep
+from textkit.decoding import ExcludeTokensStep, model_step_fn, prefill, sample
+from textkit.tasks import language_model as lm
+from textkit.training import RunDir
 from textkit.vocab import Vocab
 
 
@@ -48,16 +46,13 @@ def render(vocab: Vocab, ids: np.ndarray) -> str:
 
 def generate(args: argparse.Namespace) -> list[str]:
     """The prompt followed by each sample's continuation."""
-    run_dir = Path(args.checkpoint)
-    config_path = run_dir / "config.json"
-    if not config_path.exists():
-        raise SystemExit(f"{config_path} not found: --checkpoint must be a train.py --save-dir")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    vocab = Vocab.load(run_dir / "vocab.json")
-    model = get_model(config["model"], **config["model_args"])
+    run = RunDir(args.checkpoint)
+    config = run.read_config()
+    vocab = Vocab.load(run.root / "vocab.json")
+    model = lm.build_model(config["model"], config["model_overrides"], vocab,
+                           config["precision"])
     step = args.step if args.step in ("best", "latest") else int(args.step)
-    with CheckpointManager(run_dir / "checkpoints", max_to_keep=1, best_metric="valid_ppl",
-                           best_mode="min") as checkpoints:
+    with run.checkpoint_manager(best_metric="valid_ppl", best_mode="min") as checkpoints:
         params = checkpoints.restore(step)[0]["params"]
 
     words = args.prompt.split()

@@ -29,47 +29,23 @@ over the devices between steps. Every process evaluates the whole validation and
 itself, on its own copy of the parameters.
 
 Writes ``<save-dir>/config.json``, ``vocab.json``, ``train.log``, ``checkpoints/`` and
-``summary.json`` (config, valid_ppl, test_ppl, wall_s, tokens_per_s, per-epoch history).
+``summary.json`` (the common schema of ``RunDir.summary`` plus valid_ppl, test_ppl, best_epoch).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import json
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from tqdm import tqdm
 
 from textkit import parallel
-from textkit.data import BPTTBatches, LanguageModelCorpus, get_dataset
-from textkit.data.toy import write_toy_lm_corpus
-from textkit.models import get_model, list_models
-from textkit.precision import Policy, dynamic_loss_scale
-from textkit.training import CheckpointManager, create_train_state, perplexity
-from textkit.training.files import write_json_atomic
-from textkit.training.language_model import (
-    initial_carry,
-    learning_rate_of,
-    lm_optimizer,
-    lm_train_step_shardings,
-    make_lm_eval_step,
-    make_lm_train_step,
-    next_learning_rate,
-    stream_nll,
-    stream_windows,
-    unigram_perplexity,
-    with_learning_rate,
-)
-from textkit.vocab import Vocab
+from textkit.models import list_models
+from textkit.tasks import language_model as lm
+from textkit.training import RunDir, create_train_state, fit
+from textkit.training.optim import learning_rate_of, with_learning_rate
 
-DATASETS = ("toy", "ptb", "wikitext2", "wikitext103")
+LAUNCH_KEYS = ("resume", "coordinator", "num_processes", "process_id")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,9 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="lstm_lm_tiny",
                    help=f"preset: {', '.join(list_models('language_model'))}")
-    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field of the preset, e.g. dropout=0.5 (repeatable)")
-    p.add_argument("--dataset", choices=DATASETS, default="toy")
+    p.add_argument("--model-overrides", "--model-arg", action="append", default=[],
+                   metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="config fields of the preset, e.g. dropout=0.5 (repeatable)")
+    p.add_argument("--dataset", choices=lm.DATASETS, default="toy")
     p.add_argument("--data-dir", help="folder with the corpus files (ptb.train.txt, "
                    "wiki.train.tokens, ...); for toy, where to write the generated corpus")
     p.add_argument("--toy-sentences", type=int, default=20000,
@@ -117,247 +94,82 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--process-id", type=int, default=None,
                    help="this process's index (or TEXTKIT_PROCESS_ID)")
     args = p.parse_args(argv)
-    if args.eval_bptt is None:
-        args.eval_bptt = args.bptt
-    return args
-
-
-def parse_model_args(pairs: list[str]) -> dict[str, Any]:
-    """``["dropout=0.5", "tie_weights=False"]`` -> ``{"dropout": 0.5, "tie_weights": False}``."""
-    overrides = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--model-arg {pair!r}: expected KEY=VALUE")
-        try:
-            overrides[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            overrides[key] = value
-    return overrides
-
-
-class Log:
-    """Prints (through tqdm, so bars stay intact) and appends to ``train.log``; process 0 only."""
-
-    def __init__(self, path: Path, enabled: bool):
-        self.path, self.enabled = path, enabled
-
-    def __call__(self, message: str) -> None:
-        if not self.enabled:
-            return
-        tqdm.write(message)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(message + "\n")
-
-
-def load_corpora(args: argparse.Namespace, log: Log) -> dict[str, LanguageModelCorpus]:
-    """``{"train", "valid", "test"}`` corpora; every line ends with ``<eos>``."""
-    if args.dataset == "toy":
-        sizes = {"train": args.toy_sentences, "valid": max(args.toy_sentences // 10, 1),
-                 "test": max(args.toy_sentences // 10, 1)}
-        folder = Path(args.data_dir or tempfile.mkdtemp(prefix="textkit_toy_lm_"))
-        paths = write_toy_lm_corpus(folder, seed=args.seed, sizes=sizes)
-        log(f"toy corpus written to {folder} ({sizes})")
-        return {segment: LanguageModelCorpus(path) for segment, path in paths.items()}
-    return {segment: get_dataset(args.dataset, segment, root=args.data_dir,
-                                 progress=parallel.is_main_process())
-            for segment in ("train", "valid", "test")}
-
-
-def build_vocab(train: LanguageModelCorpus) -> Vocab:
-    """The training words plus ``<pad>`` (no ``<bos>``: LM streams only use ``<eos>``)."""
-    return Vocab(train.tokens, bos_token=None)
-
-
-def local_rows(tree: Any) -> Any:
-    """This process's block of rows of a global host batch (or recurrent state):
-    ``[p * b:(p + 1) * b]`` with ``b = rows / process count``."""
-    def rows(x: Any) -> np.ndarray:
-        x = np.asarray(x)
-        size = parallel.per_process(x.shape[0], "--batch-size")
-        return x[jax.process_index() * size:(jax.process_index() + 1) * size]
-    return jax.tree_util.tree_map(rows, tree)
-
-
-def to_device(batch: dict[str, np.ndarray]) -> Any:
-    """A host batch on this process's first device, for evaluation on a local copy."""
-    return jax.device_put(batch, jax.local_devices()[0])
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    wall_start = time.perf_counter()
-    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
-    is_main = parallel.is_main_process()
-    mesh = parallel.make_mesh()
-    launch = ("resume", "coordinator", "num_processes", "process_id")
-    save_dir = Path(args.save_dir)
-    save_dir.mkdir(parents=True, exist_ok=True)
-    log = Log(save_dir / "train.log", is_main)
-    log(f"config: {json.dumps(vars(args), sort_keys=True)}; {jax.device_count()} device(s) in "
-        f"{jax.process_count()} process(es)")
-    parallel.per_process(args.batch_size, "--batch-size")
-
-    corpora = load_corpora(args, log)
-    vocab = build_vocab(corpora["train"])
-    ids = {segment: corpus.token_ids(vocab) for segment, corpus in corpora.items()}
-    words = len(vocab) - 1  # every entry but <pad> occurs in the training text
-    log(f"vocabulary: {words:,} words (incl. <unk>, <eos>) + <pad>; tokens "
-        + ", ".join(f"{s} {len(v):,}" for s, v in ids.items()))
-    unigram = unigram_perplexity(ids["train"], ids["test"], len(vocab))
-    log(f"unigram baseline (ML on train): test perplexity {unigram:.1f}")
-
-    policy = Policy.parse(args.precision)
-    model_args = {**parse_model_args(args.model_arg), "vocab_size": len(vocab),
-                  "pad_id": vocab.pad_id, "policy": args.precision}
-    model = get_model(args.model, **model_args)
-    excluded = (vocab.pad_id,)
-    if is_main:
-        write_json_atomic(save_dir / "config.json", {
-            "model": args.model, "model_args": model_args,
-            "args": {k: v for k, v in vars(args).items() if k not in launch}})
-        vocab.save(save_dir / "vocab.json")
-
-    key = jax.random.key(args.seed)
-    init_key, state_key = jax.random.split(key)
-    dummy = jnp.full((args.batch_size, args.bptt), vocab.eos_id, jnp.int32)
-    params = model.init(init_key, dummy)["params"]
-    num_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    optimizer = lm_optimizer(args.optimizer, args.lr, clip_norm=args.clip or None,
-                             weight_decay=args.weight_decay)
-    if policy.needs_loss_scaling:
-        optimizer = dynamic_loss_scale(optimizer)
-    state = parallel.replicate(create_train_state(params, optimizer, state_key), mesh)
-    log(f"model {args.model}: {num_params:,} parameters, policy {policy}")
-
-    train_step = make_lm_train_step(model, optimizer, excluded_ids=excluded,
-                                    **lm_train_step_shardings(mesh, state))
-    eval_step = make_lm_eval_step(model, excluded_ids=excluded)
-    train_windows = BPTTBatches(ids["train"], args.batch_size, args.bptt, last_batch="keep",
-                                pad_id=vocab.pad_id)
-    eval_windows = {segment: stream_windows(ids[segment], args.eval_bptt, vocab.eos_id,
-                                            vocab.pad_id) for segment in ("valid", "test")}
-
-    def evaluate(params: Any, segment: str) -> tuple[float, float, float]:
-        """Every process scores the whole stream itself, on its own copy of ``params``."""
-        nll, count = stream_nll(eval_step, parallel.local_copy(params), eval_windows[segment],
-                                initial_carry(model, 1), to_device)
-        if count != len(ids[segment]):
-            raise RuntimeError(f"{segment}: scored {count} tokens, expected {len(ids[segment])}")
-        return perplexity(nll, count), nll, count
-
-    checkpoints = CheckpointManager(save_dir / "checkpoints", max_to_keep=1,
-                                    best_metric="valid_ppl", best_mode="min")
-    start_epoch, best_ppl, history = 1, float("inf"), []
-    train_s = train_tokens = compile_s = 0.0  # compile_s: first steps (trace + compile)
-    if args.resume and checkpoints.latest_step() is not None:
-        state, extra = checkpoints.restore("latest", target=state)
-        state = parallel.replicate(state, mesh)
-        start_epoch = extra["epoch"] + 1
-        best_ppl, history = extra["best_valid_ppl"], extra["history"]
-        train_s, train_tokens, compile_s = (extra["train_s"], extra["train_tokens"],
-                                            extra["compile_s"])
-        log(f"resumed from epoch {extra['epoch']} (lr {learning_rate_of(state.opt_state):g}, "
-            f"best valid ppl {best_ppl:.2f})")
-
-    out_of_time, loss = False, float("nan")  # loss: the last logged training loss
-    for epoch in range(start_epoch, args.epochs + 1):
-        carry = parallel.global_batch(local_rows(initial_carry(model, args.batch_size)), mesh)
-        lr = learning_rate_of(state.opt_state)
-        bar = tqdm(range(len(train_windows)), desc=f"epoch {epoch}", unit="win",
-                   disable=not is_main, dynamic_ncols=True)
-        epoch_start = tick = time.perf_counter()
-        epoch_tokens = tick_tokens = 0.0
-        for index in bar:
-            window = train_windows[index]
-            batch = parallel.global_batch(local_rows(window), mesh)
-            state, carry, metrics = train_step(state, batch, carry)
-            tokens = float(window["mask"].sum())  # the global window: every process has it
-            epoch_tokens += tokens
-            tick_tokens += tokens
-            if index == 0 and epoch == start_epoch:
-                jax.block_until_ready(metrics["loss"])
-                tick, tick_tokens = time.perf_counter(), 0.0
-                first_step_s = tick - epoch_start
-                compile_s += first_step_s
-                log(f"first step (trace + compile) {first_step_s:.1f}s")
-            last = index == len(train_windows) - 1
-            if (index + 1) % args.log_every == 0 or last:
-                loss = float(metrics["loss"])  # waits for the step
-                now = time.perf_counter()
-                bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{np.exp(loss):.1f}", lr=f"{lr:g}",
-                                tok_s=f"{tick_tokens / (now - tick):,.0f}")
-                tick, tick_tokens = now, 0.0
-                if not np.isfinite(loss):
-                    raise FloatingPointError(f"epoch {epoch}, window {index}: loss is {loss}")
-                elapsed = train_s + now - epoch_start
-                if args.time_budget_min and parallel.main_process_decides(
-                        elapsed >= 60 * args.time_budget_min):
-                    out_of_time = True
-                    break
-        bar.close()
-        jax.block_until_ready(state.params)
-        epoch_s = time.perf_counter() - epoch_start
-        train_s += epoch_s
-        steady_s = epoch_s - (first_step_s if epoch == start_epoch else 0.0)
-        train_tokens += epoch_tokens
-
-        eval_start = time.perf_counter()
-        valid_ppl, _, _ = evaluate(state.params, "valid")
-        eval_s = time.perf_counter() - eval_start
-        improved = valid_ppl < best_ppl
-        best_ppl = min(best_ppl, valid_ppl)
-        new_lr = next_learning_rate(lr, epoch=epoch, improved=improved, factor=args.lr_decay,
-                                    decay_on=args.decay_on, decay_start=args.decay_start)
-        state = state.replace(opt_state=with_learning_rate(state.opt_state, new_lr))
-        state = parallel.replicate(state, mesh)  # the new learning rate on every device
-        history.append({"epoch": epoch, "lr": lr, "train_s": round(epoch_s, 2),
-                        "tokens_per_s": round(epoch_tokens / steady_s, 1),
-                        "valid_ppl": valid_ppl, "complete": not out_of_time})
-        log(f"epoch {epoch}: valid ppl {valid_ppl:.2f}{' (best)' if improved else ''}, "
-            f"lr {lr:g} -> {new_lr:g}, train {epoch_s:.0f}s ({epoch_tokens / steady_s:,.0f} "
-            f"tokens/s), valid {eval_s:.0f}s"
-            + (" [time budget reached mid-epoch]" if out_of_time else ""))
-        checkpoints.save(epoch, state, metrics={"valid_ppl": valid_ppl},
-                         extra={"epoch": epoch, "best_valid_ppl": best_ppl, "history": history,
-                                "train_s": train_s, "train_tokens": train_tokens,
-                                "compile_s": compile_s})
-        if out_of_time:
-            break
-
-    if checkpoints.best_step() is None:
-        raise SystemExit(f"no checkpoint in {checkpoints.directory}: nothing trained "
-                         f"(--epochs {args.epochs}, resumed at epoch {start_epoch})")
-    best_epoch = checkpoints.best_step()
-    best_state, _ = checkpoints.restore("best", target=state)
-    valid_ppl = next(h["valid_ppl"] for h in history if h["epoch"] == best_epoch)
-    test_ppl, test_nll, test_count = evaluate(best_state.params, "test")
-    checkpoints.close()
-    log(f"test perplexity {test_ppl:.2f} = exp(total NLL {test_nll:,.1f} / {test_count:,.0f} "
-        f"test tokens, every token incl. <eos>) with the epoch-{best_epoch} checkpoint "
-        f"(valid ppl {valid_ppl:.2f}); unigram baseline {unigram:.1f}")
-    summary = {
-        "config": {k: v for k, v in vars(args).items() if k not in launch},
-        "model_args": model_args, "num_params": int(num_params),
-        "vocab_words": words, "best_epoch": best_epoch, "valid_ppl": valid_ppl,
-        "test_ppl": test_ppl, "test_nll": test_nll, "test_tokens": int(test_count),
-        "unigram_test_ppl": unigram, "train_s": round(train_s, 2),
-        "compile_s": round(compile_s, 2),
-        "wall_s": round(time.perf_counter() - wall_start, 2),
-        # steady-state training throughput: first steps (compilation) excluded
-        "tokens_per_s": round(train_tokens / max(train_s - compile_s, 1e-9), 1),
-        "history": history,
-        "device": str(jax.devices()[0].platform), "num_devices": jax.device_count(),
-        "num_processes": jax.process_count(), "last_loss": loss, "jax": jax.__version__,
-    }
-    if is_main:
-        write_json_atomic(save_dir / "summary.json", summary)
-    log(json.dumps({k: summary[k] for k in ("valid_ppl", "test_ppl", "wall_s",
-                                             "tokens_per_s", "best_epoch")}))
-    return summary
+    return argparse.Namespace(**{**vars(args), "eval_bptt": args.eval_bptt or args.bptt})
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    return run(parse_args(argv))
+    args = parse_args(argv)
+    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
+    mesh = parallel.make_mesh()
+    run = RunDir(args.save_dir, main_process=parallel.is_main_process())
+    config = {k: v for k, v in vars(args).items() if k not in LAUNCH_KEYS}
+    run.open(config, resume=args.resume, check=[k for k in config if k not in (
+        "epochs", "time_budget_min", "log_every")])
+    run.log(f"{jax.device_count()} device(s) in {jax.process_count()} process(es)")
+    parallel.per_process(args.batch_size, "--batch-size")
+    corpora = lm.load_corpora(args.dataset, args.data_dir, toy_sentences=args.toy_sentences,
+                              seed=args.seed, log=run.log)
+    vocab = lm.build_vocab(corpora["train"])
+    ids = {segment: corpus.token_ids(vocab) for segment, corpus in corpora.items()}
+    unigram = lm.unigram_perplexity(ids["train"], ids["test"], len(vocab))
+    run.log(f"vocabulary: {len(vocab) - 1:,} words (incl. <unk>, <eos>) + <pad>; tokens "
+            + ", ".join(f"{s} {len(v):,}" for s, v in ids.items())
+            + f"; unigram baseline (ML on train): test perplexity {unigram:.1f}")
+    if run.main_process:
+        vocab.save(run.root / "vocab.json")
+
+    model = lm.build_model(args.model, args.model_overrides, vocab, args.precision)
+    init_key, state_key = jax.random.split(jax.random.key(args.seed))
+    optimizer = lm.optimizer(args.optimizer, args.lr, clip_norm=args.clip or None,
+                             weight_decay=args.weight_decay, policy=args.precision)
+    state = parallel.replicate(create_train_state(
+        lm.init_params(model, init_key, vocab.eos_id), optimizer, state_key), mesh)
+    num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    run.log(f"model {args.model}: {num_params:,} parameters, policy {model.config.policy}")
+    excluded = (vocab.pad_id,)
+    train_step = lm.make_train_step(model, optimizer, excluded_ids=excluded,
+                                    **lm.train_step_shardings(mesh, state))
+    eval_step = lm.make_eval_step(model, excluded_ids=excluded)
+    windows = {s: lm.stream_windows(ids[s], args.eval_bptt, vocab.eos_id, vocab.pad_id)
+               for s in ("valid", "test")}
+
+    def decay(state: Any, record: dict[str, Any], history: list[dict[str, Any]]) -> Any:
+        """After each epoch: the next learning rate, from the validation perplexity."""
+        lr = learning_rate_of(state.opt_state)
+        best = min((h["valid_ppl"] for h in history), default=float("inf"))
+        new_lr = lm.next_learning_rate(lr, epoch=record["epoch"], factor=args.lr_decay,
+                                       improved=record["valid_ppl"] < best,
+                                       decay_on=args.decay_on, decay_start=args.decay_start)
+        record.update(lr=lr, next_lr=new_lr)
+        return parallel.replicate(state.replace(
+            opt_state=with_learning_rate(state.opt_state, new_lr)), mesh)
+
+    manager = run.checkpoint_manager(best_metric="valid_ppl", best_mode="min")
+    result = fit(
+        state, train_step, lm.make_loader(ids["train"], args.batch_size, args.bptt,
+                                          vocab.pad_id),
+        epochs=args.epochs, eval_each_epoch=True, checkpoints=manager, resume=args.resume,
+        evaluate=lambda state: {"valid_ppl": lm.evaluate(
+            eval_step, model, state.params, ids["valid"], windows["valid"])["ppl"]},
+        place=lambda state: parallel.replicate(state, mesh), on_epoch_end=decay,
+        time_budget_min=args.time_budget_min, log_every=args.log_every,
+        initial_carry=lambda: parallel.global_batch(
+            lm.process_rows(model.initial_state(args.batch_size)), mesh),
+        to_device=lambda window: parallel.global_batch(lm.process_rows(window), mesh),
+        learning_rate=lambda state: learning_rate_of(state.opt_state), log=run.log,
+        desc=args.model)
+    best_state, extra = manager.restore("best", result.state)
+    best_record = next(h for h in result.progress.history if h["step"] == manager.best_step())
+    test = lm.evaluate(eval_step, model, best_state.params, ids["test"], windows["test"])
+    manager.close()
+    run.log(f"test perplexity {test['ppl']:.2f} = exp(total NLL {test['nll']:,.1f} / "
+            f"{test['tokens']:,.0f} test tokens, every token incl. <eos>) with the epoch-"
+            f"{best_record['epoch']} checkpoint (valid ppl {best_record['valid_ppl']:.2f}); "
+            f"unigram baseline {unigram:.1f}")
+    return run.summary("language_model", config, result, num_params=num_params, results={
+        "vocab_words": len(vocab) - 1, "best_epoch": best_record["epoch"],
+        "valid_ppl": best_record["valid_ppl"], "test_ppl": test["ppl"], "test_nll": test["nll"],
+        "test_tokens": int(test["tokens"]), "unigram_test_ppl": unigram})
 
 
 if __name__ == "__main__":

@@ -19,15 +19,12 @@ from collections.abc import Sequence
 
 import jax
 
+from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
-from textkit.models import Translator
-from textkit.training.seq2seq import (
-    TranslationDir,
-    bleu_scores,
-    build_translation_model,
-    init_params,
-    write_text_atomic,
-)
+from textkit.decoding import Translator
+from textkit.models import parse_overrides
+from textkit.tasks import translation
+from textkit.training import RunDir
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -44,18 +41,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
     args = parse_args(argv)
-    run = TranslationDir(args.checkpoint)
+    run = RunDir(args.checkpoint)
     config = run.read_config()
-    src_tok, tgt_tok = run.tokenizers(config["joint_spm"])
-    model = build_translation_model(
+    src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
+    model = translation.build_model(
         config["model"], src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
         pad_id=src_tok.pad_id, precision=config["precision"], shared_vocab=config["joint_spm"],
-        **config["model_overrides"])
-    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+        **parse_overrides(config["model_overrides"]))
+    target = jax.eval_shape(lambda key: translation.init_params(model, key),
+                            jax.random.PRNGKey(0))
     params, extra = run.load_final(target)
 
     translator = Translator(
-        model, params, src_tok, tgt_tok,
+        model, src_tok, tgt_tok,
         beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
         alpha=args.alpha if args.alpha is not None else config["alpha"],
         batch_size=args.batch_size or config["decode_batch_size"])
@@ -63,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         sources = sys.stdin.read().splitlines()
     else:
         sources = read_lines(args.input)
-    translations = translator.translate(sources, progress=args.output != "-")
+    translations = translator.translate(params, sources, progress=args.output != "-")
 
     text = "".join(line + "\n" for line in translations)
     if args.output == "-":
@@ -75,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         if len(references) != len(sources):
             raise SystemExit(f"{args.reference} has {len(references)} lines but the input has "
                              f"{len(sources)}")
-        scores = bleu_scores(translations, references)
+        scores = translation.bleu_scores(translations, references)
         print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
         print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
               file=sys.stderr)

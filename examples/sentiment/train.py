@@ -23,44 +23,30 @@ Examples::
     python examples/sentiment/train.py --dataset mr --data-dir ../shared/data/mr-polarity \\
         --mode static --embedding-path glove.840B.300d.txt --run-folds 0
 
-Writes ``<save-dir>/summary.json``: config, accuracy_mean, accuracy_std (over folds, ddof=0),
-folds (per-fold accuracy, sample counts, per-epoch history, seconds), wall_s, vocabulary and
-embedding coverage, number of compiled programs.
+Writes ``<save-dir>/config.json``, ``train.log`` and ``summary.json`` (the common schema of
+``RunDir.summary`` plus accuracy_mean, accuracy_std over folds (ddof=0), folds (per-fold
+accuracy, sample counts, evaluation records, seconds), vocabulary and embedding coverage).
+Each fold trains from scratch in a few minutes, so the recipe keeps no checkpoints: it neither
+resumes nor runs on several devices.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
-import optax
-from tqdm import tqdm
 
-from textkit.data import WhitespaceTokenizer, get_dataset, toy_sentiment
-from textkit.data.samplers import bucket_boundaries
+from textkit.data import WhitespaceTokenizer
 from textkit.embedding import TokenEmbedding, create
 from textkit.models import get_model
-from textkit.models.classifier import EMBEDDING_MODES, init_classifier, make_optimizer
-from textkit.precision import Policy, dynamic_loss_scale
-from textkit.training import create_train_state, make_eval_step, make_train_step
-from textkit.training.classification import (
-    ClassificationLoss,
-    CrossValidation,
-    FoldResult,
-    bucketed_loader,
-    cross_validate,
-    max_norm,
-    train_and_evaluate,
-)
-from textkit.training.files import write_json_atomic
+from textkit.models.classifier import EMBEDDING_MODES
+from textkit.tasks import classification
+from textkit.training import RunDir, create_train_state, fit, make_eval_step, make_train_step
 from textkit.vocab import Vocab
 
-DATASETS = ("toy", "mr", "sst2", "imdb")
 MODELS = {"textcnn": "textcnn", "lstm": "lstm_classifier", "bilstm": "bilstm_classifier"}
 DEFAULT_LR = {"adadelta": 1.0, "adam": 1e-3}
 
@@ -68,7 +54,7 @@ DEFAULT_LR = {"adadelta": 1.0, "adam": 1e-3}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", choices=DATASETS, default="toy")
+    p.add_argument("--dataset", choices=classification.DATASETS, default="toy")
     p.add_argument("--data-dir", help="folder with the corpus files (rt-polarity.neg/.pos, "
                    "SST-2 *.tsv, aclImdb/); downloaded there if missing")
     p.add_argument("--toy-sentences", type=int, default=4000,
@@ -106,33 +92,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save-dir", default="runs/sentiment")
     p.add_argument("--no-progress", action="store_true", help="hide the tqdm bars")
     args = p.parse_args(argv)
-    if args.lr is None:
-        args.lr = DEFAULT_LR[args.optimizer]
     pretrained = args.embedding_path or args.embedding_source
     if args.embedding_path and args.embedding_source:
         p.error("give --embedding-path or --embedding-source, not both")
     if (args.mode == "rand") == bool(pretrained):
         p.error(f"--mode {args.mode} " + ("takes no pretrained vectors" if pretrained else
                 "needs --embedding-path or --embedding-source"))
-    return args
-
-
-def load_segments(args: argparse.Namespace) -> dict[str, tuple[list[str], np.ndarray]]:
-    """``{segment: (texts, labels int32)}``: ``all`` for mr, else ``train`` and ``test``."""
-    if args.dataset == "toy":
-        sizes = {"train": args.toy_sentences, "test": max(args.toy_sentences // 8, 1)}
-        out = {}
-        for segment, size in sizes.items():
-            pairs = toy_sentiment(segment, size, seed=args.seed)
-            out[segment] = ([t for t, _ in pairs], np.array([y for _, y in pairs], np.int32))
-        return out
-    names = {"mr": {"all": "all"}, "sst2": {"train": "train", "test": "dev"},
-             "imdb": {"train": "train", "test": "test"}}[args.dataset]
-    out = {}
-    for segment, name in names.items():
-        data = get_dataset(args.dataset, name, root=args.data_dir)
-        out[segment] = (data.texts, data.labels)
-    return out
+    return argparse.Namespace(**{**vars(args), "lr": args.lr or DEFAULT_LR[args.optimizer]})
 
 
 def load_embedding(args: argparse.Namespace) -> TokenEmbedding:
@@ -144,115 +110,86 @@ def load_embedding(args: argparse.Namespace) -> TokenEmbedding:
     return create(kind, name, root=args.embedding_root, encoding_errors="replace")
 
 
-def shared_bucket_keys(lengths: np.ndarray, num_buckets: int) -> list[int]:
-    """Bucket upper bounds over every sample's length, rounded up to multiples of 8."""
-    bounds = bucket_boundaries(int(lengths.min()), int(lengths.max()), num_buckets)
-    return sorted({int(-(-b // 8) * 8) for b in bounds.tolist()})
-
-
-def build_optimizer(args: argparse.Namespace, policy: Policy) -> optax.GradientTransformation:
-    if args.optimizer == "adadelta":
-        tx = optax.adadelta(args.lr, rho=0.95, eps=1e-6)
-    else:
-        tx = optax.adam(args.lr)
-    optimizer = make_optimizer(tx)  # frozen embedding tables get no updates
-    if args.max_norm:
-        optimizer = optax.chain(optimizer, max_norm(args.max_norm))
-    return dynamic_loss_scale(optimizer) if policy.needs_loss_scaling else optimizer
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    wall_start = time.perf_counter()
-    save_dir = Path(args.save_dir)
-    save_dir.mkdir(parents=True, exist_ok=True)
-    tqdm.write(f"config: {json.dumps(vars(args), sort_keys=True)}")
-
-    segments = load_segments(args)
-    tokenizer = WhitespaceTokenizer()
-    tokens = {s: tokenizer.encode(texts) for s, (texts, _) in segments.items()}
+def encode(args: argparse.Namespace, segments: dict[str, Any]) -> tuple[Vocab, dict[str, list]]:
+    """The vocabulary of every loaded segment and ``{segment: [(ids, label)]}``."""
+    tokens = {s: WhitespaceTokenizer().encode(texts) for s, (texts, _) in segments.items()}
     if args.max_length:
         tokens = {s: [t[: args.max_length] for t in sents] for s, sents in tokens.items()}
     vocab = Vocab([t for sents in tokens.values() for t in sents], min_freq=args.min_freq,
                   bos_token=None, eos_token=None)
-    samples = {s: list(zip(vocab.numericalize(tokens[s]), segments[s][1].tolist()))
-               for s in segments}
-    lengths = np.array([len(ids) for part in samples.values() for ids, _ in part])
-    bucket_keys = shared_bucket_keys(lengths, args.num_buckets)
-    num_classes = int(max(int(labels.max()) for _, labels in segments.values())) + 1
-    tqdm.write(f"{args.dataset}: " + ", ".join(f"{s} {len(v):,}" for s, v in samples.items())
-               + f" sentences; vocabulary {len(vocab):,}; lengths {lengths.min()}-"
-               f"{lengths.max()}; bucket keys {bucket_keys}")
-
-    pretrained, coverage = None, None
-    embed_dim = args.embed_dim
-    if args.mode != "rand":
-        embedding = load_embedding(args)
-        vm = embedding.for_vocab(vocab, unknown="normal")
-        pretrained, embed_dim = vm.matrix, embedding.dim
-        coverage = {"found": vm.found, "vocab": len(vocab), "dim": embed_dim}
-        tqdm.write(f"pretrained vectors ({len(embedding):,} x {embed_dim}) cover {vm.found:,} "
-                   f"of {len(vocab):,} vocab tokens ({100.0 * vm.found / len(vocab):.1f}%); "
-                   "the others start from N(0, std of the vectors)")
-
-    policy = Policy.parse(args.precision)
-    size = ({"num_filters": args.num_filters} if args.model == "textcnn"
-            else {"hidden_size": args.hidden_size})
-    model = get_model(MODELS[args.model], vocab_size=len(vocab), num_classes=num_classes,
-                      embed_dim=embed_dim, mode=args.mode, dropout=args.dropout,
-                      pad_id=vocab.pad_id, policy=policy, **size)
-    optimizer = build_optimizer(args, policy)
-    loss_fn = ClassificationLoss(model)
-    train_step = make_train_step(loss_fn, optimizer)
-    eval_step = make_eval_step(loss_fn)
-
-    def run_fold(fold: int, train: list, test: list) -> FoldResult:
-        init_key, state_key = jax.random.split(jax.random.key(args.seed + fold))
-        params = init_classifier(model, init_key, pretrained)
-        state = create_train_state(params, optimizer, state_key)
-        train_loader = bucketed_loader(train, vocab.pad_id, args.batch_size, bucket_keys,
-                                       shuffle=True, seed=args.seed + fold)
-        test_loader = bucketed_loader(test, vocab.pad_id, args.batch_size, bucket_keys,
-                                      shuffle=False)
-        _, result = train_and_evaluate(train_step, eval_step, state, train_loader, test_loader,
-                                       epochs=args.epochs, fold=fold,
-                                       eval_every_epoch=args.eval_every_epoch,
-                                       progress=not args.no_progress,
-                                       on_epoch=lambda record: tqdm.write(
-                                           f"fold {fold} epoch {record['epoch']}: " + ", ".join(
-                                               f"{k} {v:.4f}" for k, v in record.items()
-                                               if k != "epoch")))
-        tqdm.write(f"fold {fold}: test accuracy {result.accuracy:.4f} on "
-                   f"{result.test_samples:,} sentences ({result.wall_s:.1f} s)")
-        return result
-
-    if args.dataset == "mr":
-        everything = samples["all"]
-        only = [int(k) for k in args.run_folds.split(",")] if args.run_folds else None
-        cv = cross_validate(segments["all"][1], args.folds,
-                            lambda k, tr, te: run_fold(k, [everything[i] for i in tr],
-                                                       [everything[i] for i in te]),
-                            seed=args.seed, only_folds=only)
-    else:
-        cv = CrossValidation([run_fold(0, samples["train"], samples["test"])])
-
-    summary = {
-        "config": vars(args), "accuracy_mean": cv.accuracy_mean,
-        "accuracy_std": cv.accuracy_std, "folds": [vars(f) for f in cv.folds],
-        "wall_s": round(time.perf_counter() - wall_start, 2),
-        "train_eval_s": round(sum(f.wall_s for f in cv.folds), 2),
-        "vocab_size": len(vocab), "embedding_coverage": coverage,
-        "bucket_keys": bucket_keys, "num_compiles": loss_fn.num_traces,
-        "policy": str(policy), "device": jax.devices()[0].platform,
-    }
-    write_json_atomic(save_dir / "summary.json", summary)
-    tqdm.write(f"{len(cv.folds)} fold(s): accuracy {100 * cv.accuracy_mean:.2f} ± "
-               f"{100 * cv.accuracy_std:.2f} %, {loss_fn.num_traces} compiled programs, "
-               f"wall {summary['wall_s']:.1f} s -> {save_dir / 'summary.json'}")
-    return summary
+    return vocab, {s: list(zip(vocab.numericalize(tokens[s]), segments[s][1].tolist()))
+                   for s in segments}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    return run(parse_args(argv))
+    args = parse_args(argv)
+    run = RunDir(args.save_dir)
+    run.open(vars(args), resume=False, check=())   # no checkpoints: a rerun starts over
+    segments = classification.load_segments(args.dataset, args.data_dir, seed=args.seed,
+                                            toy_sentences=args.toy_sentences)
+    vocab, samples = encode(args, segments)
+    lengths = np.array([len(ids) for part in samples.values() for ids, _ in part])
+    keys = classification.bucket_keys(lengths, args.num_buckets)
+    run.log(f"{args.dataset}: " + ", ".join(f"{s} {len(v):,}" for s, v in samples.items())
+            + f" sentences; vocabulary {len(vocab):,}; lengths {lengths.min()}-"
+            f"{lengths.max()}; bucket keys {keys}")
+    pretrained, coverage, embed_dim = None, None, args.embed_dim
+    if args.mode != "rand":
+        embedding = load_embedding(args)
+        found = embedding.for_vocab(vocab, unknown="normal")
+        pretrained, embed_dim = found.matrix, embedding.dim
+        coverage = {"found": found.found, "vocab": len(vocab), "dim": embed_dim}
+        run.log(f"pretrained vectors ({len(embedding):,} x {embed_dim}) cover {found.found:,} "
+                f"of {len(vocab):,} vocab tokens; the others start from N(0, std of the vectors)")
+    size = ({"num_filters": args.num_filters} if args.model == "textcnn"
+            else {"hidden_size": args.hidden_size})
+    num_classes = int(max(int(labels.max()) for _, labels in segments.values())) + 1
+    model = get_model(MODELS[args.model], vocab_size=len(vocab), num_classes=num_classes,
+                      embed_dim=embed_dim, mode=args.mode, dropout=args.dropout,
+                      pad_id=vocab.pad_id, policy=args.precision, **size)
+    optimizer = classification.optimizer(args.optimizer, args.lr, policy=args.precision,
+                                         max_norm_limit=args.max_norm)
+    loss_fn = classification.make_loss(model)
+    train_step, eval_step = make_train_step(loss_fn, optimizer), make_eval_step(loss_fn)
+    fits = []
+
+    def run_fold(fold: int, train: list, test: list) -> classification.FoldResult:
+        start = time.perf_counter()
+        init_key, state_key = jax.random.split(jax.random.key(args.seed + fold))
+        state = create_train_state(classification.init_params(model, init_key, pretrained),
+                                   optimizer, state_key)
+        test_loader = classification.make_loader(test, vocab.pad_id, args.batch_size, keys,
+                                                 shuffle=False)
+        fits.append(fit(
+            state, train_step, classification.make_loader(
+                train, vocab.pad_id, args.batch_size, keys, shuffle=True, seed=args.seed + fold),
+            epochs=args.epochs, eval_each_epoch=args.eval_every_epoch, log=run.log,
+            evaluate=lambda state: {f"test_{k}": v for k, v in classification.evaluate(
+                eval_step, state.params, test_loader).items()}, desc=f"fold {fold}"))
+        final = fits[-1].progress.history[-1]
+        return classification.FoldResult(
+            fold=fold, accuracy=final["test_accuracy"], loss=final["test_loss"],
+            train_samples=len(train), test_samples=final["test_count"],
+            history=fits[-1].progress.history, wall_s=time.perf_counter() - start)
+
+    if args.dataset == "mr":
+        only = [int(k) for k in args.run_folds.split(",")] if args.run_folds else None
+        cv = classification.cross_validate(
+            segments["all"][1], args.folds, lambda k, train, test: run_fold(
+                k, [samples["all"][i] for i in train], [samples["all"][i] for i in test]),
+            seed=args.seed, only_folds=only)
+    else:
+        cv = classification.CrossValidation([run_fold(0, samples["train"], samples["test"])])
+    summary = run.summary("classification", vars(args), fits[-1], num_params=sum(
+        x.size for x in jax.tree_util.tree_leaves(fits[-1].state.params)), results={
+        "accuracy_mean": cv.accuracy_mean, "accuracy_std": cv.accuracy_std,
+        "folds": [vars(f) for f in cv.folds],
+        "train_eval_s": round(sum(f.wall_s for f in cv.folds), 2), "vocab_size": len(vocab),
+        "embedding_coverage": coverage, "bucket_keys": keys, "policy": args.precision})
+    run.log(f"{len(cv.folds)} fold(s): accuracy {100 * cv.accuracy_mean:.2f} ± "
+            f"{100 * cv.accuracy_std:.2f} %, {train_step.num_traces} compiled programs, "
+            f"wall {summary['wall_s']:.1f} s -> {run.summary_path}")
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,9 +1,25 @@
-"""Decoding: the typed model contract, beam search, greedy search, sampling, the Translator."""
+"""Decoding: the typed model contract, beam search, greedy search, sampling, token filters and
+the ``Translator``. Knows no model class: models meet it through the protocols of ``contract``.
+"""
 
 from textkit.decoding.beam_search import beam_search
-from textkit.decoding.contract import DecodeOutput, length_penalty, model_step_fn, prefill
+from textkit.decoding.contract import (
+    DecodeOutput,
+    Encoded,
+    LanguageModel,
+    Seq2SeqModel,
+    StepFn,
+    StepModel,
+    length_penalty,
+    model_step_fn,
+    prefill,
+)
+from textkit.decoding.filters import ExcludeTokensStep, top_k_top_p
 from textkit.decoding.sampling import greedy_search, sample
 from textkit.decoding.translator import Translator
 
-__all__ = ["DecodeOutput", "Translator", "beam_search", "greedy_search", "length_penalty",
-           "model_step_fn", "prefill", "sample"]
+__all__ = [
+    "DecodeOutput", "Encoded", "ExcludeTokensStep", "LanguageModel", "Seq2SeqModel", "StepFn",
+    "StepModel", "Translator", "beam_search", "greedy_search", "length_penalty",
+    "model_step_fn", "prefill", "sample", "top_k_top_p",
+]

@@ -30,7 +30,7 @@ path goes on (with ``min_length = max_length`` EOS is suppressed and they coinci
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ from jax import lax
 
 from textkit.decoding.contract import (
     DecodeOutput,
+    PyTree,
     StepFn,
     batch_size_of,
     length_caps,
@@ -51,7 +52,7 @@ NEG_INF = float("-inf")
 
 class _BeamState(NamedTuple):
     step: jax.Array              # int32[]: tokens generated so far
-    cache: Any                   # leaves [B*K, ...]
+    cache: PyTree                # leaves [B*K, ...]
     last_tokens: jax.Array       # int32[B, K]: input of the next step
     alive_tokens: jax.Array      # int32[B, K, L]
     alive_logp: jax.Array        # float32[B, K]: summed log-probs, -inf for an empty slot
@@ -65,7 +66,7 @@ def _take_beams(x: jax.Array, index: jax.Array) -> jax.Array:
     return jax.vmap(lambda row, idx: row[idx])(x, index)
 
 
-def _reorder_cache(new_cache: Any, old_cache: Any, flat_parent: jax.Array) -> Any:
+def _reorder_cache(new_cache: PyTree, old_cache: PyTree, flat_parent: jax.Array) -> PyTree:
     """Gather rows ``flat_parent`` int32[B*K] of every leaf ``step_fn`` changed."""
     new_leaves, treedef = jax.tree_util.tree_flatten(new_cache)
     old_leaves = jax.tree_util.tree_leaves(old_cache)
@@ -77,7 +78,7 @@ def _reorder_cache(new_cache: Any, old_cache: Any, flat_parent: jax.Array) -> An
     return jax.tree_util.tree_unflatten(treedef, moved)
 
 
-def beam_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array, *,
+def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                 beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
                 k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
                 pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
@@ -119,7 +120,7 @@ def beam_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | ja
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id"))
-def _beam_search(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
                  max_length: int, eos_id: int, n_best: int, pad_id: int) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]."""

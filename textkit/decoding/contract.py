@@ -1,28 +1,108 @@
-"""What every decoder shares: the step contract, the output layout, the length penalty.
+"""The decoding contract: what a model offers a decoder, and what a decoder gives back.
 
-A decoder drives a model through one function, ``step_fn(params, cache, tokens int32[N]) ->
-(log_probs float32[N, V], cache)``, where every cache leaf has leading axis N. For the
-seq2seq and language-model modules of ``textkit.models`` that function is
-``model_step_fn(model)``; any plain function with the same signature works too (the tests
-use hand-written transition tables).
+Decoders never name a model class. They drive a model through ``apply`` (flax's
+``model.apply({"params": params}, ..., method=name)``) and the methods of one of two protocols:
 
-Decoders (``beam_search``, ``greedy_search``, ``sample``) return a ``DecodeOutput``:
-``tokens`` int32[B, n, L] (generated tokens only, no start token; the EOS that ended a
-hypothesis is kept, every position after it is ``pad_id``), ``scores`` float32[B, n] best
-first and ``lengths`` int32[B, n] (generated tokens including the final EOS).
+``Seq2SeqModel`` (Transformer, GNMT)::
+
+    logits = model.apply(v, src_tokens, tgt_input)                       # f32 [B, T, V]
+    encoded = model.apply(v, src_tokens, method="encode")                # Encoded
+    cache = model.apply(v, encoded, src_tokens, max_length, method="init_cache")
+    log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
+
+``LanguageModel`` (LSTM LM, AWD-LSTM LM, Transformer LM)::
+
+    logits, state = model.apply(v, tokens, state)                        # f32 [B, T, V]
+    state = model.initial_state(batch_size)                              # pytree or None
+    cache = model.apply(v, batch_size, max_length, method="init_cache")
+    log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
+
+What every conforming model guarantees (``tests/test_decoding_contract.py`` checks each
+registered preset):
+
+* ``decode_step`` fed ``tgt_input`` (or ``tokens``) one column at a time returns
+  ``log_softmax`` of the teacher-forced forward logits at that column (float32), with dropout
+  off; ``max_length`` bounds how many steps one cache takes.
+* Every cache leaf has leading axis B; ``decode_step`` returns a cache of the same structure,
+  and may return an unchanged leaf as the same object (beam search then skips reordering it).
+* ``pad_id`` (the model config's) is padding: extra right padding of the source, or extra
+  padded rows in the batch, leaves the real rows' outputs unchanged.
+
+A decoder itself sees one function, ``StepFn``: ``step_fn(params, cache, tokens int32[N]) ->
+(log_probs float32[N, V], cache)``. ``model_step_fn(model)`` is that function for a model; any
+plain function with the same signature works too (the tests use transition tables). Decoders
+(``beam_search``, ``greedy_search``, ``sample``) return a ``DecodeOutput``: ``tokens``
+int32[B, n, L] (generated tokens only, no start token; the EOS that ended a hypothesis is kept,
+every position after it is ``pad_id``), ``scores`` float32[B, n] best first and ``lengths``
+int32[B, n] (generated tokens including the final EOS).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol, TypedDict, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-StepFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Any]]
+PyTree = Any
+"""A JAX pytree: parameters, caches and recurrent states are opaque to the decoders."""
+
+StepFn = Callable[[PyTree, PyTree, jax.Array], tuple[jax.Array, PyTree]]
+
+
+class Encoded(TypedDict):
+    """What ``Seq2SeqModel.encode`` returns for src_tokens int32[B, S].
+
+    ``memory``: [B, S, D] encoder output (the model's output or compute dtype; unspecified at
+    padding). ``src_mask``: bool[B, S], True at real source tokens.
+    """
+
+    memory: jax.Array
+    src_mask: jax.Array
+
+
+class StepModel(Protocol):
+    """What every decoder needs from a model: flax's ``apply`` and ``decode_step``."""
+
+    def apply(self, variables: Mapping[str, PyTree], *args: Any, **kwargs: Any) -> Any:
+        """``model.apply({"params": params}, *args, method=name)`` (flax)."""
+
+    def decode_step(self, cache: PyTree, tokens: jax.Array) -> tuple[jax.Array, PyTree]:
+        """tokens int32[B] -> (log_probs float32[B, V], cache advanced one position)."""
+
+
+@runtime_checkable
+class Seq2SeqModel(StepModel, Protocol):
+    """An encoder-decoder (see the module docstring for the guarantees)."""
+
+    def __call__(self, src_tokens: jax.Array, tgt_input: jax.Array, *,
+                 deterministic: bool = True) -> jax.Array:
+        """src_tokens int32[B, S], tgt_input int32[B, T] -> logits float32[B, T, V]."""
+
+    def encode(self, src_tokens: jax.Array, *, deterministic: bool = True) -> Encoded:
+        """src_tokens int32[B, S] -> ``Encoded``."""
+
+    def init_cache(self, memory: Encoded, src_tokens: jax.Array, max_length: int) -> PyTree:
+        """Cache for decoding up to ``max_length`` tokens from ``memory`` (leaves [B, ...])."""
+
+
+@runtime_checkable
+class LanguageModel(StepModel, Protocol):
+    """A left-to-right language model (see the module docstring for the guarantees)."""
+
+    def __call__(self, tokens: jax.Array, state: PyTree = None, *,
+                 deterministic: bool = True) -> tuple[jax.Array, PyTree]:
+        """tokens int32[B, T], state from the previous window (None: ``initial_state``) ->
+        (logits float32[B, T, V], state after the window)."""
+
+    def initial_state(self, batch_size: int) -> PyTree:
+        """Recurrent state before any token (leaves [B, ...]); None for a model without one."""
+
+    def init_cache(self, batch_size: int, max_length: int) -> PyTree:
+        """Empty cache for decoding up to ``max_length`` tokens (leaves [B, ...])."""
 
 
 class DecodeOutput(NamedTuple):
@@ -42,13 +122,14 @@ class ModelStep:
     ``model_step_fn(model)`` calls give equal static jit arguments and share compiled programs.
     """
 
-    model: Any
+    model: StepModel
 
-    def __call__(self, params: Any, cache: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:
+    def __call__(self, params: PyTree, cache: PyTree,
+                 tokens: jax.Array) -> tuple[jax.Array, PyTree]:
         return self.model.apply({"params": params}, cache, tokens, method="decode_step")
 
 
-def model_step_fn(model: Any) -> ModelStep:
+def model_step_fn(model: StepModel) -> ModelStep:
     """``step_fn(params, cache, tokens int32[N]) -> (log_probs float32[N, V], cache)`` for
     ``model``: ``model.apply({"params": params}, cache, tokens, method="decode_step")``."""
     return ModelStep(model)
@@ -64,7 +145,7 @@ def length_penalty(length: jax.Array | float, alpha: jax.Array | float,
     return ((k + length) / (k + 1.0)) ** alpha
 
 
-def batch_size_of(cache: Any) -> int:
+def batch_size_of(cache: PyTree) -> int:
     """Leading axis shared by every leaf of ``cache``; a clear error when they disagree."""
     leaves = jax.tree_util.tree_leaves_with_path(cache)
     if not leaves:
@@ -77,7 +158,7 @@ def batch_size_of(cache: Any) -> int:
     return distinct.pop()
 
 
-def repeat_cache(cache: Any, times: int) -> Any:
+def repeat_cache(cache: PyTree, times: int) -> PyTree:
     """Tile every leaf [B, ...] -> [B * times, ...]; row ``b * times + j`` is copy j of row b."""
     return jax.tree_util.tree_map(lambda leaf: jnp.repeat(leaf, times, axis=0), cache)
 
@@ -104,7 +185,8 @@ def length_caps(max_lengths: jax.Array | None, max_length: int, batch_size: int)
     return jnp.clip(caps, 1, max_length)
 
 
-def prefill(step_fn: StepFn, params: Any, cache: Any, prefix: jax.Array) -> tuple[Any, jax.Array]:
+def prefill(step_fn: StepFn, params: PyTree, cache: PyTree,
+            prefix: jax.Array) -> tuple[PyTree, jax.Array]:
     """Run all but the last token of ``prefix`` int32[B, P] through ``step_fn``.
 
     Returns ``(cache, last_tokens int32[B])``: pass them to a decoder as ``cache`` and
@@ -113,7 +195,7 @@ def prefill(step_fn: StepFn, params: Any, cache: Any, prefix: jax.Array) -> tupl
     """
     head = jnp.swapaxes(prefix[:, :-1], 0, 1)                     # [P-1, B]
 
-    def feed(cache: Any, tokens: jax.Array) -> tuple[Any, None]:
+    def feed(cache: PyTree, tokens: jax.Array) -> tuple[PyTree, None]:
         _, cache = step_fn(params, cache, tokens)
         return cache, None
 

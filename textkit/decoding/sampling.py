@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,20 +19,21 @@ from jax import lax
 
 from textkit.decoding.contract import (
     DecodeOutput,
+    PyTree,
     StepFn,
     batch_size_of,
     length_caps,
     repeat_cache,
     start_token_array,
 )
+from textkit.decoding.filters import NEG_INF, top_k_top_p
 
-NEG_INF = float("-inf")
 ChooseFn = Callable[[jax.Array, jax.Array], jax.Array]   # (log_probs [N, V], key) -> int32[N]
 
 
 class _RowState(NamedTuple):
     step: jax.Array        # int32[]
-    cache: Any             # leaves [N, ...]
+    cache: PyTree          # leaves [N, ...]
     last_tokens: jax.Array  # int32[N]
     tokens: jax.Array      # int32[N, L]
     logp: jax.Array        # float32[N]
@@ -40,7 +41,7 @@ class _RowState(NamedTuple):
     running: jax.Array     # bool[N]
 
 
-def _decode_rows(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  choose: ChooseFn, key: jax.Array, *, max_length: int, eos_id: int,
                  pad_id: int, min_length: jax.Array) -> _RowState:
     """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap."""
@@ -87,7 +88,7 @@ def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
     return jnp.argmax(log_probs, axis=-1)
 
 
-def greedy_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array, *,
+def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                   max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
                   pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
     """Argmax decoding of B rows (arguments as ``beam_search``).
@@ -102,29 +103,21 @@ def greedy_search(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | 
 
 
 def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
-    """Draw one token per row from log-probs scaled by 1/temperature, restricted to the top_k
-    tokens (0: all) and to the smallest prefix of them whose probability reaches top_p."""
+    """Draw one token per row from log-probs scaled by 1/temperature, restricted by
+    ``top_k_top_p``."""
 
     def choose(log_probs: jax.Array, key: jax.Array) -> jax.Array:
         logits = log_probs / temperature                                        # [N, V]
         if top_k == 0 and top_p >= 1.0:
             return jax.random.categorical(key, logits, axis=-1)
-        # lax.top_k returns candidates sorted best first; only top_p without top_k sorts all V.
-        kept = top_k if top_k > 0 else logits.shape[-1]
-        # Barrier: see beam_search (keeps XLA's TopK kernel instead of a full sort).
-        values, ids = lax.optimization_barrier(
-            lax.top_k(logits, min(kept, logits.shape[-1])))                     # [N, k]
-        if top_p < 1.0:
-            probs = jax.nn.softmax(values, axis=-1)                             # [N, k]
-            mass_before = jnp.cumsum(probs, axis=-1) - probs                    # [N, k]
-            values = jnp.where(mass_before < top_p, values, NEG_INF)           # first always kept
+        values, ids = top_k_top_p(logits, top_k, top_p)                         # [N, K]
         choice = jax.random.categorical(key, values, axis=-1)                   # [N]
         return jnp.take_along_axis(ids, choice[:, None], 1)[:, 0]
 
     return choose
 
 
-def sample(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Array,
+def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array,
            rng: jax.Array, *, max_length: int, eos_id: int, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, num_samples: int = 1,
            max_lengths: jax.Array | None = None, pad_id: int = 0,
@@ -153,7 +146,7 @@ def sample(step_fn: StepFn, params: Any, cache: Any, start_tokens: int | jax.Arr
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id"))
-def _decode(step_fn: StepFn, params: Any, cache: Any, start: jax.Array, caps: jax.Array,
+def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
             min_length: jax.Array, rng: jax.Array, *,
             sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
             eos_id: int, pad_id: int) -> DecodeOutput:

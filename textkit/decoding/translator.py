@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -20,9 +20,29 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from textkit.decoding.beam_search import beam_search
-from textkit.decoding.contract import DecodeOutput, model_step_fn
+from textkit.decoding.contract import DecodeOutput, PyTree, Seq2SeqModel, model_step_fn
 
 MaxLength = int | Callable[[int], int]
+
+
+class Tokenizer(Protocol):
+    """What the Translator needs of a tokenizer (``SentencePieceTokenizer`` has it): batch
+    ``encode`` / ``decode`` and special ids (None where the tokenizer has none)."""
+
+    @property
+    def pad_id(self) -> int | None: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of every text."""
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Text of every id list."""
 
 
 def default_max_length(src_length: int) -> int:
@@ -32,17 +52,18 @@ def default_max_length(src_length: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=(
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id"))
-def encode_and_search(model: Any, params: Any, src_tokens: jax.Array, caps: jax.Array,
-                      alpha: jax.Array, k: jax.Array, *, max_length: int, beam_size: int,
-                      n_best: int, bos_id: int, eos_id: int, pad_id: int) -> DecodeOutput:
+def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
+                      caps: jax.Array, alpha: jax.Array, k: jax.Array, *, max_length: int,
+                      beam_size: int, n_best: int, bos_id: int, eos_id: int,
+                      pad_id: int) -> DecodeOutput:
     """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row.
 
     One compiled program per (model, shapes, static options). Returns DecodeOutput with
     tokens int32[B, n_best, max_length].
     """
     variables = {"params": params}
-    memory = model.apply(variables, src_tokens, method="encode")
-    cache = model.apply(variables, memory, src_tokens, max_length, method="init_cache")
+    encoded = model.apply(variables, src_tokens, method="encode")
+    cache = model.apply(variables, encoded, src_tokens, max_length, method="init_cache")
     return beam_search(model_step_fn(model), params, cache, bos_id, beam_size=beam_size,
                        max_length=max_length, eos_id=eos_id, alpha=alpha, k=k, n_best=n_best,
                        max_lengths=caps, pad_id=pad_id)
@@ -51,9 +72,12 @@ def encode_and_search(model: Any, params: Any, src_tokens: jax.Array, caps: jax.
 class Translator:
     """Beam-search translation of lists of strings with a seq2seq model.
 
+    The parameters are an argument of every call (``translate(params, texts)``), so one
+    Translator serves every checkpoint of a model and shares its compiled programs.
+
     Args:
-      model: a flax module with ``encode`` / ``init_cache`` / ``decode_step`` (Transformer, GNMT).
-      params: its parameters.
+      model: a ``Seq2SeqModel`` (Transformer, GNMT); its ``config.pad_id``, if it has one, must
+        equal the source tokenizer's ``pad_id``.
       src_tokenizer / tgt_tokenizer: ``encode(list[str]) -> list[list[int]]`` and
         ``decode(list[list[int]]) -> list[str]`` (``SentencePieceTokenizer``); the target one
         provides ``bos_id`` / ``eos_id`` / ``pad_id``, the source one ``pad_id``.
@@ -66,14 +90,15 @@ class Translator:
         on sources ending in EOS; textkit's batch convention has none).
     """
 
-    def __init__(self, model: Any, params: Any, src_tokenizer: Any, tgt_tokenizer: Any, *,
-                 beam_size: int = 4, alpha: float = 0.6, k: float = 5.0,
-                 max_length: MaxLength = default_max_length, batch_size: int = 32,
-                 bucket_round_to: int = 8, src_append_eos: bool = False):
+    def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
+                 tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6,
+                 k: float = 5.0, max_length: MaxLength = default_max_length,
+                 batch_size: int = 32, bucket_round_to: int = 8,
+                 src_append_eos: bool = False) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
-        self.model, self.params = model, params
+        self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.beam_size, self.alpha, self.k = beam_size, alpha, k
         self.max_length = max_length
@@ -90,14 +115,16 @@ class Translator:
         self.compiled_shapes: set[tuple[int, int, int]] = set()
         """(rows, source length, output length) of every batch shape run so far."""
 
-    def translate(self, texts: Sequence[str], *, progress: bool = False) -> list[str]:
-        """Translate ``texts``; returns detokenized strings in input order."""
+    def translate(self, params: PyTree, texts: Sequence[str], *,
+                  progress: bool = False) -> list[str]:
+        """Translate ``texts`` with ``params``; returns detokenized strings in input order."""
         if not texts:
             return []
         sources = self.src_tokenizer.encode(list(texts))
-        return list(self.tgt_tokenizer.decode(self.translate_ids(sources, progress=progress)))
+        ids = self.translate_ids(params, sources, progress=progress)
+        return list(self.tgt_tokenizer.decode(ids))
 
-    def translate_ids(self, sources: Sequence[Sequence[int]], *,
+    def translate_ids(self, params: PyTree, sources: Sequence[Sequence[int]], *,
                       progress: bool = False) -> list[list[int]]:
         """Best hypothesis (ids, final EOS removed) for every source id list, in input order."""
         sources = [list(s) + ([self.src_eos_id] if self.src_append_eos else []) for s in sources]
@@ -105,7 +132,8 @@ class Translator:
         results: list[list[int]] = [[] for _ in sources]
         groups = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         for group in tqdm(groups, desc="translating", unit="batch", disable=not progress):
-            for index, hypothesis in zip(group, self._translate_group([sources[i] for i in group])):
+            hypotheses = self._translate_group(params, [sources[i] for i in group])
+            for index, hypothesis in zip(group, hypotheses):
                 results[index] = hypothesis
         if progress:
             print(f"translated {len(sources)} sentences in {len(groups)} batches, "
@@ -121,7 +149,7 @@ class Translator:
             return max(1, int(self.max_length(src_length)))
         return int(self.max_length)
 
-    def _translate_group(self, group: list[list[int]]) -> list[list[int]]:
+    def _translate_group(self, params: PyTree, group: list[list[int]]) -> list[list[int]]:
         """Decode up to ``batch_size`` sources as one fixed-shape batch."""
         longest = max(1, max(len(s) for s in group))
         src_length = math.ceil(longest / self.bucket_round_to) * self.bucket_round_to
@@ -133,7 +161,7 @@ class Translator:
             caps[row] = min(self._output_length(len(source)), max_length)
         self.compiled_shapes.add((self.batch_size, src_length, max_length))
         out = encode_and_search(
-            self.model, self.params, jnp.asarray(src_tokens), jnp.asarray(caps),
+            self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
             jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id)
@@ -145,7 +173,7 @@ class Translator:
         return hypotheses
 
 
-def _special(tokenizer: Any, name: str, side: str) -> int:
+def _special(tokenizer: Tokenizer, name: str, side: str) -> int:
     value = getattr(tokenizer, name, None)
     if value is None:
         raise ValueError(f"the {side} tokenizer {tokenizer!r} has no {name}; the Translator "

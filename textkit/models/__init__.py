@@ -1,12 +1,13 @@
-"""Pure-function (flax.linen init/apply) models, their registry and decoding.
+"""Pure-function (flax.linen init/apply) models and their registry.
 
-Importing this package registers every preset (``list_models()`` shows them).
+Importing this package registers every preset (``list_models()`` shows them). Decoding lives in
+``textkit.decoding``; its names are still importable from here for one release, with a
+``DeprecationWarning`` (imported lazily: ``textkit.models`` never imports ``textkit.decoding``).
 """
 
-from textkit.decoding.beam_search import beam_search
-from textkit.decoding.contract import DecodeOutput, length_penalty, model_step_fn, prefill
-from textkit.decoding.sampling import greedy_search, sample
-from textkit.decoding.translator import Translator
+import importlib
+import warnings
+
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
@@ -21,3 +22,14 @@ __all__ = [
     "beam_search", "get_model", "greedy_search", "length_penalty", "list_models",
     "model_step_fn", "prefill", "register_model", "sample",
 ]
+
+_MOVED_TO_DECODING = ("DecodeOutput", "Translator", "beam_search", "greedy_search",
+                      "length_penalty", "model_step_fn", "prefill", "sample")
+
+
+def __getattr__(name: str):
+    if name in _MOVED_TO_DECODING:
+        warnings.warn(f"textkit.models.{name} moved to textkit.decoding.{name}; the old name "
+                      f"goes away in the next release", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("textkit.decoding"), name)
+    raise AttributeError(f"module 'textkit.models' has no attribute {name!r}")

@@ -1,0 +1,55 @@
+"""Token filters: which tokens a decoder may choose, and with what mass.
+
+``top_k_top_p`` restricts a sampling step to the most likely tokens; ``ExcludeTokensStep`` wraps
+a ``StepFn`` so that some ids (e.g. ``<pad>``) are never generated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from textkit.decoding.contract import PyTree, StepFn
+
+NEG_INF = float("-inf")
+
+
+def top_k_top_p(logits: jax.Array, top_k: int, top_p: float) -> tuple[jax.Array, jax.Array]:
+    """Candidates of each row: logits float32[N, V] -> (values float32[N, K], ids int32[N, K]).
+
+    The ``top_k`` most likely tokens (0: all V), best first; with ``top_p`` < 1 every candidate
+    after the smallest prefix whose probability (renormalised over the K) reaches ``top_p`` gets
+    value -inf (the first candidate is always kept). Sample with
+    ``jax.random.categorical(key, values)`` and map back through ``ids``.
+    """
+    # lax.top_k returns candidates sorted best first; only top_p without top_k sorts all V.
+    kept = top_k if top_k > 0 else logits.shape[-1]
+    # Barrier: see beam_search (keeps XLA's TopK kernel instead of a full sort).
+    values, ids = lax.optimization_barrier(
+        lax.top_k(logits, min(kept, logits.shape[-1])))                     # [N, K]
+    if top_p < 1.0:
+        probs = jax.nn.softmax(values, axis=-1)                             # [N, K]
+        mass_before = jnp.cumsum(probs, axis=-1) - probs                    # [N, K]
+        values = jnp.where(mass_before < top_p, values, NEG_INF)
+    return values, ids
+
+
+@dataclasses.dataclass(frozen=True)
+class ExcludeTokensStep:
+    """A ``StepFn`` whose log-probs give no mass to ``excluded_ids`` (renormalised), matching
+    ``lm_loss_fn(..., excluded_ids)``; hashable, so usable as a static jit argument."""
+
+    step_fn: StepFn
+    excluded_ids: tuple[int, ...]
+
+    def __call__(self, params: PyTree, cache: PyTree,
+                 tokens: jax.Array) -> tuple[jax.Array, PyTree]:
+        log_probs, cache = self.step_fn(params, cache, tokens)                  # [N, V]
+        penalty = np.zeros(log_probs.shape[-1], np.float32)
+        penalty[list(self.excluded_ids)] = -np.inf
+        log_probs = log_probs.astype(jnp.float32) + penalty
+        return jax.nn.log_softmax(log_probs, axis=-1), cache

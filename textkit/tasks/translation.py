@@ -1,0 +1,298 @@
+"""Translation as a task: data, tokenizers, batches, loss, model, optimizer, evaluation.
+
+The pieces every task exposes (``textkit.tasks``), for ``(source, target)`` text pairs:
+
+* ``load_pairs`` (the named corpora and the built-in toy data) and ``tokenizers`` (SentencePiece
+  models trained on the train split, cached in the run directory);
+* ``Seq2SeqBatchify`` / ``make_loader``: ``(source ids, target ids)`` samples to the textkit
+  batch dict through a token-budget ``FixedBucketSampler`` (fixed padded shapes);
+* ``make_loss``: ``loss_fn(params, batch, rng)`` for ``make_train_step`` / ``make_eval_step``;
+* ``build_model`` / ``init_params``: a registry preset for the vocabularies and its parameters;
+* ``optimizer``: Adam with inverse-square-root warm-up and clipping (loss scaling by policy);
+* ``bleu_scores`` / ``evaluate``: cased and lowercased sacreBLEU of a ``Translator``'s output;
+* ``choose_final``: the best checkpoint, or the average of the last N if it validates better.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.experimental import multihost_utils
+
+from textkit.batchify import BatchShape, Pad
+from textkit.data import (
+    DataLoader,
+    FixedBucketSampler,
+    SentencePieceTokenizer,
+    get_dataset,
+    toy_translation,
+)
+from textkit.models import get_model
+from textkit.precision import Policy
+from textkit.training.checkpoint import CheckpointManager, average_checkpoints
+from textkit.training.losses import cross_entropy
+from textkit.training.metrics import corpus_bleu
+from textkit.training.optim import with_loss_scaling
+from textkit.training.run_dir import RunDir
+from textkit.training.schedules import inverse_sqrt_schedule
+
+__all__ = [
+    "DATASETS",
+    "Seq2SeqBatchify",
+    "bleu_scores",
+    "build_model",
+    "choose_final",
+    "count_tokens",
+    "encode_pairs",
+    "evaluate",
+    "init_params",
+    "load_pairs",
+    "make_loader",
+    "make_loss",
+    "optimizer",
+    "tokenizers",
+]
+
+# name -> (default source/target language, train / valid / test segment)
+DATASETS = {
+    "toy": (("src", "tgt"), ("train", "valid", "test")),
+    "multi30k": (("en", "de"), ("train", "val", "test")),
+    "iwslt2015": (("en", "vi"), ("train", "val", "test")),
+    "wmt2014": (("en", "de"), ("train", "newstest2013", "newstest2014")),
+}
+
+
+def load_pairs(dataset: str, split: int, *, data_dir: str | None = None,
+               src_lang: str | None = None, tgt_lang: str | None = None,
+               toy_sizes: Sequence[int] = (12000, 200, 500),
+               seed: int = 0) -> list[tuple[str, str]]:
+    """(source, target) text pairs of ``split`` 0 (train), 1 (valid) or 2 (test)."""
+    (default_src, default_tgt), segments = DATASETS[dataset]
+    if dataset == "toy":
+        return toy_translation(segments[split], num_sentences=int(toy_sizes[split]), seed=seed)
+    return list(get_dataset(dataset, segments[split], root=data_dir,
+                            src_lang=src_lang or default_src, tgt_lang=tgt_lang or default_tgt))
+
+
+def spm_path(run: RunDir, side: str, joint: bool) -> Path:
+    """SentencePiece model path of ``side`` ("src" or "tgt") in ``run``."""
+    return run.root / ("spm.model" if joint else f"spm.{side}.model")
+
+
+def tokenizers(run: RunDir, joint: bool, train_pairs: Sequence[tuple[str, str]] | None = None,
+               vocab_size: int = 8000, seed: int = 0,
+               model_type: str = "unigram") -> tuple[Any, Any]:
+    """(source, target) ``SentencePieceTokenizer``: loaded from ``run`` when cached, else
+    trained on ``train_pairs`` (both sides together when ``joint``) and saved there.
+
+    With several JAX processes only process 0 trains and saves; the others wait at a barrier
+    (every process must call this) and load its files, so ``run.root`` must be on a file
+    system they share.
+    """
+    def load_or_train() -> tuple[Any, Any]:
+        sides = {"src": [s for s, _ in train_pairs or ()],
+                 "tgt": [t for _, t in train_pairs or ()]}
+        loaded = {}
+        for side in ("src", "tgt"):
+            path = spm_path(run, side, joint)
+            if path.is_file():
+                loaded[side] = SentencePieceTokenizer.load(path)
+                continue
+            if train_pairs is None:
+                raise FileNotFoundError(f"{path} does not exist and no training text was given")
+            text = sides["src"] + sides["tgt"] if joint else sides[side]
+            loaded[side] = SentencePieceTokenizer.train(
+                text, path, vocab_size=vocab_size, model_type=model_type, seed=seed,
+                hard_vocab_limit=False, verbose=False)
+        return loaded["src"], loaded["tgt"]
+
+    if jax.process_count() > 1:
+        if jax.process_index() == 0:
+            trained = load_or_train()
+        multihost_utils.sync_global_devices("textkit sentencepiece trained")
+        if jax.process_index() == 0:
+            return trained
+    return load_or_train()
+
+
+IdPair = tuple[Sequence[int], Sequence[int]]
+
+
+# ------------------------------------------------------------------------------------ batches
+class Seq2SeqBatchify:
+    """``(src_ids, tgt_ids)`` samples -> the textkit seq2seq batch, padded to ``shape``.
+
+    ``shape.lengths`` is ``(source length, target length)``; the target side holds
+    ``tgt_input`` = bos + target and ``tgt_output`` = target + eos (``len(tgt_ids) + 1`` each).
+    Returns ``src_tokens`` int32 [B, S], ``src_lengths`` int32 [B], ``tgt_input`` /
+    ``tgt_output`` int32 [B, T], ``tgt_lengths`` int32 [B]; dummy rows are padding, length 0.
+    """
+
+    def __init__(self, pad_id: int, bos_id: int, eos_id: int):
+        self.bos, self.eos = [int(bos_id)], [int(eos_id)]
+        self.src = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=0)
+        self.tgt = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=1)
+        self.tgt_out = Pad(pad_val=pad_id, dtype=np.int32, length_index=1)
+
+    def __call__(self, samples: Sequence[IdPair],
+                 shape: BatchShape | None = None) -> dict[str, np.ndarray]:
+        src_tokens, src_lengths = self.src([list(s) for s, _ in samples], shape)
+        tgt_input, tgt_lengths = self.tgt([self.bos + list(t) for _, t in samples], shape)
+        tgt_output = self.tgt_out([list(t) + self.eos for _, t in samples], shape)
+        return {"src_tokens": src_tokens, "src_lengths": src_lengths, "tgt_input": tgt_input,
+                "tgt_output": tgt_output, "tgt_lengths": tgt_lengths}
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Any, tgt_tokenizer: Any,
+                 max_length: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """Token ids of every ``(source, target)`` text pair (batched SentencePiece encoding).
+
+    Pairs with an empty side, or (with ``max_length``) a side longer than ``max_length``
+    tokens (the target counted with its eos), are dropped.
+    """
+    src_ids = src_tokenizer.encode([s for s, _ in pairs])
+    tgt_ids = tgt_tokenizer.encode([t for _, t in pairs])
+    limit = max_length if max_length is not None else float("inf")
+    return [(s, t) for s, t in zip(src_ids, tgt_ids)
+            if s and t and len(s) <= limit and len(t) + 1 <= limit]
+
+
+def make_loader(samples: Sequence[IdPair], batch_tokens: int, *, pad_id: int, bos_id: int,
+                eos_id: int, num_buckets: int = 8, round_to: int = 8, shuffle: bool = True,
+                seed: int = 0, num_shards: int = 1, shard_id: int = 0,
+                batch_rows_multiple: int = 1, num_workers: int = 1) -> DataLoader:
+    """Resumable loader of seq2seq batches with at most ``num_buckets`` padded shapes.
+
+    Buckets are keyed on (source length, target length + 1), rounded up to ``round_to``; each
+    bucket's row count is ``batch_tokens // max(padded source, padded target)``, rounded down to
+    a multiple of ``batch_rows_multiple``. ``batch_tokens`` is this shard's budget.
+    ``loader.batch_sampler`` is the ``FixedBucketSampler`` (``stats()``, ``bucket_shapes``).
+    """
+    if not samples:
+        raise ValueError("no training samples (all pairs empty or longer than the limit?)")
+    lengths = np.array([(len(s), len(t) + 1) for s, t in samples], dtype=np.int64)
+    sampler = FixedBucketSampler(lengths, batch_tokens, num_buckets=num_buckets,
+                                 batch_size_unit="tokens", round_to=round_to, shuffle=shuffle,
+                                 seed=seed, num_shards=num_shards, shard_id=shard_id,
+                                 batch_rows_multiple=batch_rows_multiple)
+    return DataLoader(samples, sampler, Seq2SeqBatchify(pad_id, bos_id, eos_id),
+                      num_workers=num_workers)
+
+
+# ------------------------------------------------------------------------------------ the loss
+def make_loss(model: Any, label_smoothing: float = 0.0) -> Callable[..., Any]:
+    """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"src_tokens"}))`` for the
+    train step.
+
+    Logits come from ``model.apply(params, src_tokens, tgt_input)`` (dropout on when ``rng`` is a
+    key); targets are ``tgt_output``, weighted by ``tgt_lengths``. ``src_tokens`` (float32 [])
+    counts the batch's source tokens, so that metrics give the whole (global) batch's token
+    count, target tokens being the weight sum.
+    """
+
+    def loss_fn(params: Any, batch: Mapping[str, Any], rng: jax.Array | None):
+        deterministic = rng is None
+        logits = model.apply(
+            {"params": params}, batch["src_tokens"], batch["tgt_input"],
+            deterministic=deterministic, rngs=None if deterministic else {"dropout": rng})
+        steps = jnp.arange(batch["tgt_output"].shape[1])                      # [T]
+        weights = steps[None, :] < batch["tgt_lengths"][:, None]              # bool [B, T]
+        loss_sum, weight_sum = cross_entropy(logits, batch["tgt_output"], weights,
+                                             label_smoothing)
+        src_tokens = jnp.sum(batch["src_lengths"]).astype(jnp.float32)
+        return loss_sum, (weight_sum, {"src_tokens": src_tokens})
+
+    return loss_fn
+
+
+def count_tokens(metrics: Mapping[str, Any]) -> Any:
+    """Source + target tokens of a train step's batch (its metrics), for throughput."""
+    return metrics["tokens"] + metrics["src_tokens"]
+
+
+def optimizer(lr: float, warmup_steps: int, clip_norm: float,
+              policy: Policy | str = "float32") -> tuple[optax.GradientTransformation, Any]:
+    """(optimizer, schedule): global-norm clipping, then Adam (0.9, 0.98, 1e-9) with an
+    inverse-square-root schedule peaking at ``lr``; dynamic loss scaling when ``policy``
+    needs it."""
+    schedule = inverse_sqrt_schedule(lr, warmup_steps)
+    chain = optax.chain(optax.clip_by_global_norm(clip_norm),
+                        optax.adam(schedule, b1=0.9, b2=0.98, eps=1e-9))
+    return with_loss_scaling(chain, policy), schedule
+
+
+# ------------------------------------------------------------------------------------ the model
+def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
+                precision: str = "float32", shared_vocab: bool = False,
+                **overrides: Any) -> Any:
+    """The registry preset ``name`` for these vocabularies, padding id and precision policy.
+
+    ``shared_vocab`` turns on the preset's ``share_embeddings`` where it has one (one table for
+    source and target). ``overrides`` replace further config fields (e.g. ``dropout``).
+    """
+    fields = {f.name for f in dataclasses.fields(get_model(name).config)}
+    wanted = {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size,
+              "pad_id": pad_id, "policy": Policy.parse(precision), **overrides}
+    if "share_embeddings" in fields and "share_embeddings" not in overrides:
+        wanted["share_embeddings"] = bool(shared_vocab)
+    unknown = sorted(set(wanted) - fields)
+    if unknown:
+        raise ValueError(f"model {name!r} has no config field(s) {unknown}; "
+                         f"its fields are {sorted(fields)}")
+    return get_model(name, **wanted)
+
+
+def init_params(model: Any, rng: jax.Array) -> Any:
+    """``model.init`` on a [1, 8] dummy source and target; returns the params pytree."""
+    dummy = jnp.full((1, 8), model.config.pad_id, jnp.int32)
+    return model.init(rng, dummy, dummy)["params"]
+
+
+# ------------------------------------------------------------------------------------ BLEU
+def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """Cased and lowercased corpus BLEU of detokenized text, with sacreBLEU signatures.
+
+    Returns ``{"bleu", "signature", "bleu_lowercase", "signature_lowercase"}``.
+    """
+    cased, signature = corpus_bleu(hypotheses, references)
+    lower, signature_lower = corpus_bleu(hypotheses, references, lowercase=True)
+    return {"bleu": cased, "signature": signature, "bleu_lowercase": lower,
+            "signature_lowercase": signature_lower}
+
+
+def evaluate(translator: Any, params: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """``bleu_scores`` of ``translator.translate(params, sources)`` against the targets, plus
+    the ``hypotheses``. Run on every process, each on its own copy of ``params``."""
+    hypotheses = translator.translate(params, [s for s, _ in pairs])
+    return {**bleu_scores(hypotheses, [t for _, t in pairs]), "hypotheses": hypotheses}
+
+
+def choose_final(manager: CheckpointManager, target: Any, average_last: int,
+                 score: Callable[[Any], float], log: Callable[[str], None] = print,
+                 ) -> tuple[str, Any, float]:
+    """``(description, params, valid score)`` of the parameters to test: the best checkpoint
+    by the manager's metric, or the average of the last ``average_last`` checkpoints when
+    ``score(params)`` (validation) is at least as good. ``target`` is the saved state's
+    structure."""
+    best_step = manager.best_step()
+    state, extra = manager.restore("best", target)
+    chosen = (f"best checkpoint (step {best_step})", state.params,
+              float(extra["metrics"][manager.best_metric]))
+    steps = manager.all_steps()
+    if average_last > 1 and len(steps) > 1:
+        last_n = min(average_last, len(steps))
+        averaged = average_checkpoints(manager, target, last_n=last_n)
+        valid = score(averaged)
+        log(f"average of the last {last_n} checkpoints: valid {valid:.2f}")
+        if valid >= chosen[2]:
+            chosen = (f"average of the last {last_n} checkpoints", averaged, valid)
+    return chosen
+
+

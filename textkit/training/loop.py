@@ -1,0 +1,308 @@
+"""``fit``: the one training program every task and recipe runs.
+
+It owns the step loop (by steps or by epochs), the logging cadence (a tqdm bar with loss,
+tokens/s and learning rate), evaluation and checkpoint cadence, the time budget (process 0
+decides, every process follows), resume (train state, loop progress and the sampler's
+position), the stop on a non-finite loss, throughput and compile counting, and a hook for
+per-epoch work (e.g. a learning-rate decay on a validation plateau).
+
+What differs between tasks comes in as arguments: the compiled ``train_step`` (with or
+without a recurrent carry), the loader, ``evaluate(state) -> metrics``, ``to_device`` (the
+global batch of a multi-device run) and ``count_tokens``. Every process must call ``fit`` with
+the same arguments: evaluation, checkpoint saves and the budget decision are collective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from textkit import parallel
+from textkit.training.checkpoint import CheckpointManager
+
+__all__ = ["FitResult", "Progress", "fit"]
+
+# consecutive non-finite steps tolerated while a loss scale is in use (each one halves it)
+_MAX_SKIPPED_STEPS = 32
+
+
+@dataclasses.dataclass
+class Progress:
+    """Loop bookkeeping saved with every checkpoint (plain JSON), so a resumed run goes on
+    counting where the first one stopped."""
+
+    step: int = 0
+    epoch: int = 0             # completed epochs
+    position: int = 0          # batches consumed in the current epoch
+    train_s: float = 0.0       # training time, evaluation excluded
+    compile_s: float = 0.0     # the first step of every segment (trace + compile)
+    tokens: float = 0.0        # counted tokens (``count_tokens``) of every step
+    data_crc32: int = 0        # running checksum of every batch fed, in order
+    last_loss: float | None = None
+    skipped_steps: int = 0     # consecutive non-finite (loss-scale skip) steps
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(self.train_s, 1e-9)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> Progress:
+        return cls(**{f.name: value[f.name] for f in dataclasses.fields(cls) if f.name in value})
+
+
+@dataclasses.dataclass
+class FitResult:
+    """The trained state, the loop's ``Progress``, why it stopped (``"steps"``, ``"epochs"``
+    or ``"time_budget"``) and how many programs XLA compiled for the train step."""
+
+    state: Any
+    progress: Progress
+    stopped_by: str
+    num_compiles: int | None
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The arguments of ``fit`` and the running counters between two log points."""
+
+    train_step: Callable
+    loader: Any
+    max_steps: int | None
+    epochs: int | None
+    evaluate: Callable[[Any], Mapping[str, Any]] | None
+    eval_every: int
+    eval_each_epoch: bool
+    checkpoints: CheckpointManager | None
+    time_budget_s: float | None
+    log_every: int
+    to_device: Callable[[Any], Any]
+    initial_carry: Callable[[], Any] | None
+    count_tokens: Callable[[Mapping[str, Any]], Any]
+    on_epoch_end: Callable[[Any, dict[str, Any], list[dict[str, Any]]], Any] | None
+    learning_rate: Callable[[Any], float] | None
+    log: Callable[[str], None]
+    progress: Progress = dataclasses.field(default_factory=Progress)
+    window: list[tuple[Any, Any, Any]] = dataclasses.field(default_factory=list)
+    window_start: float = 0.0
+    segment_start: float = 0.0
+    out_of_time: bool = False
+    compiled: bool = False     # the first step (trace + compile) has been timed
+
+    @property
+    def eval_due(self) -> bool:
+        return bool(self.eval_every) and self.progress.step % self.eval_every == 0
+
+    @property
+    def done(self) -> bool:
+        if self.out_of_time:
+            return True
+        if self.max_steps is not None:
+            return self.progress.step >= self.max_steps
+        return self.progress.epoch >= self.epochs
+
+    @property
+    def total_steps(self) -> int:
+        return self.max_steps if self.max_steps is not None else self.epochs * len(self.loader)
+
+    def restart_clock(self) -> None:
+        self.window_start = self.segment_start = time.perf_counter()
+
+    def stop_clock(self, state: Any) -> None:
+        jax.block_until_ready(state)
+        self.progress.train_s += time.perf_counter() - self.segment_start
+
+    def read_window(self) -> float:
+        """Fetch the losses and token counts since the last read; stop on a non-finite loss
+        (a loss-scaling skip is tolerated); return the window's token count."""
+        if not self.window:
+            return 0.0
+        steps, losses, scales, tokens = zip(*((s, m["loss"], m.get("loss_scale", 1.0), t)
+                                              for s, m, t in self.window))
+        losses, scales, tokens = (np.asarray(jax.device_get(x), np.float64)
+                                  for x in (losses, scales, tokens))
+        self.window.clear()
+        for step, loss, scale in zip(steps, losses, scales):
+            if math.isfinite(loss):
+                self.progress.skipped_steps = 0
+                continue
+            self.progress.skipped_steps += 1
+            if scale == 1.0 or self.progress.skipped_steps > _MAX_SKIPPED_STEPS:
+                raise FloatingPointError(
+                    f"training loss is {loss} at step {step}: stopping (lower the learning "
+                    "rate, check the inputs, or use another precision); the last checkpoint "
+                    "is intact" + ("" if scale == 1.0 else
+                                   f" ({self.progress.skipped_steps} loss-scale skips in a row)"))
+        self.progress.last_loss = float(losses[-1])
+        total = float(tokens.sum())
+        self.progress.tokens += total
+        return total
+
+
+def fit(
+    state: Any,
+    train_step: Callable,
+    loader: Any,
+    *,
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    evaluate: Callable[[Any], Mapping[str, Any]] | None = None,
+    eval_every: int = 0,
+    eval_each_epoch: bool = False,
+    checkpoints: CheckpointManager | None = None,
+    resume: bool = False,
+    place: Callable[[Any], Any] = lambda state: state,
+    time_budget_min: float | None = None,
+    log_every: int = 20,
+    to_device: Callable[[Any], Any] = lambda batch: batch,
+    initial_carry: Callable[[], Any] | None = None,
+    count_tokens: Callable[[Mapping[str, Any]], Any] = lambda metrics: metrics["tokens"],
+    on_epoch_end: Callable[[Any, dict[str, Any], list[dict[str, Any]]], Any] | None = None,
+    learning_rate: Callable[[Any], float] | None = None,
+    log: Callable[[str], None] | None = None,
+    desc: str = "train",
+) -> FitResult:
+    """Train ``state`` with ``train_step`` over ``loader`` until ``max_steps`` steps or
+    ``epochs`` epochs (give one), the time budget, or a non-finite loss (``FloatingPointError``).
+
+    ``train_step(state, batch) -> (state, metrics)``, or with ``initial_carry`` (called at the
+    start of every epoch) ``train_step(state, batch, carry) -> (state, carry, metrics)``;
+    ``metrics`` holds ``loss`` (and ``loss_scale`` under loss scaling). ``loader`` is iterable
+    once per epoch, has ``len``, and with ``state_dict``/``load_state_dict`` resumes mid-epoch
+    (otherwise a run resumed mid-epoch starts the next epoch).
+
+    ``evaluate(state) -> {name: value}`` runs every ``eval_every`` steps, after each epoch when
+    ``eval_each_epoch``, and at the end; each result is a ``Progress.history`` record (with
+    ``step`` and ``epoch``), then a checkpoint is saved (ranked by the manager's
+    ``best_metric``). ``on_epoch_end(state, record, history) -> state`` runs after an
+    end-of-epoch evaluation (``history``: the earlier records), before the save, and may add
+    entries to ``record``. With ``resume`` the latest
+    checkpoint is restored and passed through ``place`` (device placement).
+    ``time_budget_min`` counts training time only; the budget is checked every ``log_every``
+    steps.
+    """
+    if (max_steps is None) == (epochs is None):
+        raise ValueError("give exactly one of max_steps and epochs")
+    main = parallel.is_main_process()
+    loop = _Loop(train_step, loader, max_steps, epochs, evaluate, eval_every, eval_each_epoch,
+                 checkpoints, None if time_budget_min is None else 60.0 * time_budget_min,
+                 log_every, to_device, initial_carry, count_tokens, on_epoch_end,
+                 learning_rate, log or (lambda message: main and tqdm.write(message)))
+    if resume and checkpoints is not None and checkpoints.latest_step() is not None:
+        state = place(_restore(loop, state))
+    bar = tqdm(total=loop.total_steps, initial=min(loop.progress.step, loop.total_steps),
+               unit="step", desc=desc, disable=not main, dynamic_ncols=True)
+    try:
+        while not loop.done:
+            state = _run_epoch(loop, state, bar)
+    finally:
+        bar.close()
+    if checkpoints is not None:
+        checkpoints.wait_until_finished()
+    stopped_by = ("time_budget" if loop.out_of_time
+                  else "steps" if max_steps is not None else "epochs")
+    return FitResult(state, loop.progress, stopped_by, getattr(train_step, "num_traces", None))
+
+
+def _restore(loop: _Loop, state: Any) -> Any:
+    state, extra = loop.checkpoints.restore("latest", state)
+    loop.progress = Progress.from_dict(extra["progress"])
+    if hasattr(loop.loader, "load_state_dict") and "sampler" in extra:
+        loop.loader.load_state_dict(extra["sampler"])
+    elif loop.progress.position:   # no resumable position: the partial epoch counts as done
+        loop.progress.epoch, loop.progress.position = loop.progress.epoch + 1, 0
+    loop.log(f"resumed from epoch {loop.progress.epoch}, step {loop.progress.step} of "
+             f"{loop.checkpoints.directory}")
+    return state
+
+
+def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
+    """One pass over the loader (or what is left of it); returns the state."""
+    progress = loop.progress
+    carry = loop.initial_carry() if loop.initial_carry is not None else None
+    loop.restart_clock()
+    for batch in loop.loader:
+        progress.data_crc32 = _crc32(batch, progress.data_crc32)
+        if loop.initial_carry is not None:
+            state, carry, metrics = loop.train_step(state, loop.to_device(batch), carry)
+        else:
+            state, metrics = loop.train_step(state, loop.to_device(batch))
+        progress.step += 1
+        progress.position += 1
+        loop.window.append((progress.step, metrics, loop.count_tokens(metrics)))
+        bar.update(1)
+        if not loop.compiled:
+            jax.block_until_ready(metrics["loss"])
+            progress.compile_s += time.perf_counter() - loop.segment_start
+            loop.compiled = True
+        if progress.step % loop.log_every == 0 or loop.done:
+            _log_point(loop, state, bar)
+        if loop.done or (loop.eval_due and progress.position < len(loop.loader)):
+            state = _evaluate_and_save(loop, state, epoch_end=False)
+        if loop.done:
+            return state
+    progress.epoch, progress.position = progress.epoch + 1, 0
+    if loop.eval_each_epoch or loop.eval_due or loop.done:
+        state = _evaluate_and_save(loop, state, epoch_end=True)
+    return state
+
+
+def _log_point(loop: _Loop, state: Any, bar: tqdm) -> None:
+    tokens = loop.read_window()
+    now = time.perf_counter()
+    postfix = {"loss": f"{loop.progress.last_loss:.3f}",
+               "tok_s": f"{tokens / max(now - loop.window_start, 1e-9):,.0f}"}
+    if loop.learning_rate is not None:
+        postfix["lr"] = f"{loop.learning_rate(state):.3g}"
+    bar.set_postfix(postfix)
+    loop.window_start = now
+    elapsed = loop.progress.train_s + now - loop.segment_start
+    if loop.time_budget_s is not None and parallel.main_process_decides(
+            elapsed >= loop.time_budget_s):
+        loop.out_of_time = True
+        loop.log(f"time budget of {loop.time_budget_s / 60:g} min reached at step "
+                 f"{loop.progress.step}")
+
+
+def _evaluate_and_save(loop: _Loop, state: Any, *, epoch_end: bool) -> Any:
+    """Evaluate, run the epoch hook, record, checkpoint; training time excludes all of it."""
+    loop.stop_clock(state)
+    loop.read_window()
+    progress = loop.progress
+    record: dict[str, Any] = {"step": progress.step, "epoch": progress.epoch,
+                              "train_s": round(progress.train_s, 2)}
+    if loop.evaluate is not None:
+        record.update(loop.evaluate(state))
+    if epoch_end and loop.on_epoch_end is not None:
+        state = loop.on_epoch_end(state, record, progress.history)
+    progress.history.append(record)
+    loop.log(f"step {progress.step} (epoch {progress.epoch}): " + ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+        if k not in ("step", "epoch")))
+    if loop.checkpoints is not None:
+        extra = {"progress": progress.to_dict()}
+        if hasattr(loop.loader, "state_dict"):
+            extra["sampler"] = loop.loader.state_dict()
+        metrics = {k: v for k, v in record.items() if isinstance(v, int | float)}
+        loop.checkpoints.save(progress.step, state, extra=extra, metrics=metrics)
+    loop.restart_clock()
+    return state
+
+
+def _crc32(batch: Any, crc: int) -> int:
+    """``crc`` updated with every numpy array of ``batch`` (a pytree), in key order."""
+    for leaf in jax.tree_util.tree_leaves(batch):
+        if isinstance(leaf, np.ndarray):
+            crc = zlib.crc32(np.ascontiguousarray(leaf).tobytes(), crc)
+    return crc

@@ -1,0 +1,88 @@
+"""Optax-chain helpers shared by every task: learning-rate access, loss scaling, constraints.
+
+* ``learning_rate_of`` / ``with_learning_rate`` read and replace a learning rate held in the
+  optimizer state (``optax.inject_hyperparams``) through ``optax.tree_utils``, so a rate can
+  change between epochs without recompiling the step that takes the state;
+* ``with_loss_scaling(optimizer, policy)``: the one place that decides whether a precision
+  policy needs dynamic loss scaling;
+* ``freeze(tx, trainable)``: ``tx`` on the trainable leaves only, zero updates and no state for
+  the others (frozen embedding tables);
+* ``max_norm(limit)``: Kim's (2014) l2 constraint on the output layer as the last link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from textkit.precision import Policy, dynamic_loss_scale
+
+__all__ = ["freeze", "learning_rate_of", "max_norm", "with_learning_rate", "with_loss_scaling"]
+
+
+def learning_rate_of(opt_state: optax.OptState) -> float:
+    """The ``learning_rate`` injected into ``opt_state`` (``optax.inject_hyperparams``)."""
+    value = optax.tree_utils.tree_get(opt_state, "learning_rate")
+    if value is None:
+        raise ValueError("the optimizer state holds no learning_rate: build the optimizer with "
+                         "optax.inject_hyperparams (e.g. textkit.tasks.language_model.optimizer)")
+    return float(value)
+
+
+def with_learning_rate(opt_state: optax.OptState, learning_rate: float) -> optax.OptState:
+    """``opt_state`` with its injected learning rate set to ``learning_rate`` (same dtype and
+    shape, so a jitted step taking this state does not recompile)."""
+    old = optax.tree_utils.tree_get(opt_state, "learning_rate")
+    if old is None:
+        raise ValueError("the optimizer state holds no learning_rate to replace")
+    new = jnp.asarray(learning_rate, dtype=jnp.asarray(old).dtype)
+    return optax.tree_utils.tree_set(opt_state, learning_rate=new)
+
+
+def with_loss_scaling(optimizer: optax.GradientTransformation,
+                      policy: Policy | str) -> optax.GradientTransformation:
+    """``optimizer`` wrapped in ``dynamic_loss_scale`` when ``policy`` computes in float16."""
+    if Policy.parse(policy).needs_loss_scaling:
+        return dynamic_loss_scale(optimizer)
+    return optimizer
+
+
+def freeze(tx: optax.GradientTransformation,
+           trainable: Callable[[Any], Any]) -> optax.GradientTransformation:
+    """``tx`` on the leaves where ``trainable(params)`` (a pytree of bools like ``params``) is
+    True; the others get zero updates and no optimizer state."""
+
+    def labels(params: Any) -> Any:
+        return jax.tree.map(lambda keep: "train" if keep else "frozen", trainable(params))
+
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def max_norm(limit: float, layer: str = "output") -> optax.GradientTransformation:
+    """Kim's l2 constraint as the last link of an optax chain: after ``optax.apply_updates``
+    every column of ``params[layer]["kernel"]`` [features, classes] (one output unit's weight
+    vector) has l2 norm at most ``limit``; longer ones are rescaled to ``limit``. Every other
+    leaf's update passes through unchanged."""
+    if limit <= 0:
+        raise ValueError(f"max-norm limit must be > 0, got {limit}")
+
+    def project(updates: Any, params: Any) -> Any:
+        if params is None:
+            raise ValueError("max_norm needs params: call tx.update(grads, state, params)")
+
+        def constrain(path, update, param):
+            names = [getattr(k, "key", None) for k in path]
+            if names[-2:] != [layer, "kernel"]:
+                return update
+            stepped = param.astype(jnp.float32) + update.astype(jnp.float32)   # [F, C]
+            norms = jnp.linalg.norm(stepped, axis=0, keepdims=True)            # [1, C]
+            scale = jnp.minimum(1.0, limit / jnp.maximum(norms, 1e-12))
+            return (stepped * scale - param.astype(jnp.float32)).astype(update.dtype)
+
+        return jax.tree_util.tree_map_with_path(constrain, updates, params)
+
+    return optax.stateless(project)

@@ -1,0 +1,163 @@
+"""``RunDir``: the save directory of one training run, the same layout for every task.
+
+::
+
+    <root>/config.json     the run's configuration, written once, checked on --resume
+    <root>/train.log       process 0's log (every line ``log`` printed)
+    <root>/checkpoints/    Orbax steps (TrainState + JSON extra: loop progress, sampler state)
+    <root>/final/          the parameters that were evaluated on the test set
+    <root>/summary.json    one schema for every task (see ``summary``)
+
+A reused directory is refused unless the run resumes, and a resumed run must have the same
+configuration (``config.json``), so a second run never mixes with the first one's checkpoints.
+Only process 0 writes the JSON and log files; checkpoints are saved by every process (Orbax
+saves collectively).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+from tqdm import tqdm
+
+from textkit._io import write_json_atomic, write_text_atomic
+from textkit.training.checkpoint import CheckpointManager
+
+__all__ = ["RunDir"]
+
+
+@dataclasses.dataclass
+class RunDir:
+    """The files of one run under ``root``; ``main_process`` writes the JSON and log files."""
+
+    root: Path
+    main_process: bool = True
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final"
+
+    def open(self, config: Mapping[str, Any], *, resume: bool,
+             check: Iterable[str] | None = None) -> None:
+        """Check ``root`` can hold this run, then write ``config.json`` once (process 0).
+
+        Refuses (``SystemExit``) a directory whose ``config.json`` differs from ``config`` in
+        a key of ``check`` (default: every key; settings such as a step limit or a time budget
+        may change on resume), and one that has checkpoints when ``resume`` is False.
+        """
+        config = json.loads(json.dumps(dict(config)))  # as it reads back from disk
+        if self.config_path.is_file():
+            old = self.read_config()
+            keys = set(old) | set(config) if check is None else set(check)
+            changed = sorted(k for k in keys if old.get(k) != config.get(k))
+            if changed:
+                raise SystemExit(f"{self.root} holds a run with different {changed} "
+                                 f"({[old.get(k) for k in changed]} there, "
+                                 f"{[config.get(k) for k in changed]} now); use another "
+                                 "--save-dir")
+        if not resume and self.checkpoints.is_dir() and any(self.checkpoints.iterdir()):
+            raise SystemExit(f"{self.checkpoints} already has checkpoints: pass --resume to "
+                             "continue that run, or use another --save-dir")
+        if self.main_process:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not (resume and self.config_path.is_file()):  # a resumed run keeps its own
+                write_json_atomic(self.config_path, config)
+
+    def read_config(self) -> dict[str, Any]:
+        if not self.config_path.is_file():
+            raise FileNotFoundError(f"{self.config_path} does not exist: is {self.root} the "
+                                    "--save-dir of a training run?")
+        return json.loads(self.config_path.read_text(encoding="utf-8"))
+
+    def log(self, message: str) -> None:
+        """Print ``message`` (through tqdm, so bars stay intact) and append it to
+        ``train.log``; process 0 only."""
+        if not self.main_process:
+            return
+        tqdm.write(message)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(message + "\n")
+
+    def checkpoint_manager(self, *, max_to_keep: int = 1, best_metric: str | None = None,
+                           best_mode: str = "max") -> CheckpointManager:
+        return CheckpointManager(self.checkpoints, max_to_keep=max_to_keep,
+                                 best_metric=best_metric, best_mode=best_mode)
+
+    def save_final(self, step: int, params: Any, source: str) -> None:
+        """Save the evaluated parameters to ``final/`` (one Orbax step, replaced each time);
+        every process must call it."""
+        with CheckpointManager(self.final, max_to_keep=1) as manager:
+            manager.save(step, params, extra={"source": source})
+            manager.wait_until_finished()
+
+    def load_final(self, target: Any) -> tuple[Any, dict[str, Any]]:
+        """(params, extra) from ``final/``; ``target`` is a params pytree of the same structure."""
+        if not self.final.is_dir():
+            raise FileNotFoundError(f"{self.final} does not exist: the training run in "
+                                    f"{self.root} did not finish")
+        with CheckpointManager(self.final, max_to_keep=1) as manager:
+            return manager.restore("latest", target)
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write ``<root>/<name>`` atomically (process 0)."""
+        if self.main_process:
+            write_text_atomic(self.root / name, text)
+
+    def summary(self, task: str, config: Mapping[str, Any], fit: Any, *,
+                num_params: int, results: Mapping[str, Any]) -> dict[str, Any]:
+        """Write and return ``summary.json``, one schema for every task.
+
+        Keys: ``task``, ``config``, ``num_params``, ``steps``, ``epochs``, ``train_s``,
+        ``compile_s``, ``tokens_per_s`` (counted tokens per second of training, compilation
+        included), ``num_compiles``, ``last_loss``, ``stopped_by``, ``history`` (one record
+        per evaluation), ``wall_s``, ``device``, ``num_devices``, ``num_processes``, ``jax``,
+        then the task's ``results`` (e.g. ``test_bleu``, ``test_ppl``, ``accuracy_mean``).
+        ``fit`` is the ``FitResult`` of ``textkit.training.fit`` (or None: no training).
+        """
+        progress = fit.progress if fit is not None else None
+        summary = {
+            "task": task, "config": dict(config), "num_params": int(num_params),
+            "steps": progress.step if progress else 0,
+            "epochs": progress.epoch if progress else 0,
+            "train_s": progress.train_s if progress else 0.0,
+            "compile_s": progress.compile_s if progress else 0.0,
+            "tokens_per_s": progress.tokens_per_s if progress else 0.0,
+            "num_compiles": fit.num_compiles if fit is not None else 0,
+            "last_loss": progress.last_loss if progress else None,
+            "stopped_by": fit.stopped_by if fit is not None else None,
+            "history": progress.history if progress else [],
+            "wall_s": time.perf_counter() - self.started,
+            "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
+            "num_processes": jax.process_count(), "jax": jax.__version__,
+            **results,
+        }
+        if self.main_process:
+            write_json_atomic(self.summary_path, summary)
+        return summary
