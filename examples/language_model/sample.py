@@ -70,7 +70,7 @@ def generate(args: argparse.Namespace) -> list[str]:
                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                  num_samples=args.num_samples, pad_id=vocab.pad_id)
     tokens, lengths = np.asarray(out.tokens[0]), np.asarray(out.lengths[0])    # [n, L], [n]
-    return [(args.prompt + " " + render(vocab, row[:length])).strip()
+    return [(args.prompt + " " + render(vocab, row[:length])).strip(" ")
             for row, length in zip(tokens, lengths)]
 
 

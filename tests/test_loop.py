@@ -1,0 +1,133 @@
+"""The one training program: ``fit`` and ``RunDir`` on a tiny regression problem."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from textkit.data import DataLoader, FixedBucketSampler
+from textkit.precision import dynamic_loss_scale
+from textkit.training import (
+    RunDir,
+    create_train_state,
+    fit,
+    learning_rate_of,
+    make_train_step,
+    with_learning_rate,
+    with_loss_scaling,
+)
+
+DIM = 4
+
+
+def loss_fn(params, batch, rng):
+    """Squared error of a linear model; float32 sums over the batch rows."""
+    pred = batch["x"] @ params["w"]                                   # [B]
+    return jnp.sum((pred - batch["y"]) ** 2), (jnp.float32(batch["x"].shape[0]), {})
+
+
+def make_loader(num: int = 48, batch_size: int = 4, bad_sample: int | None = None,
+                value: float = np.nan) -> DataLoader:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(num, DIM)).astype(np.float32)
+    y = (x @ np.arange(1, DIM + 1, dtype=np.float32)).astype(np.float32)
+    if bad_sample is not None:
+        x[bad_sample] = value
+    samples = list(zip(x, y))
+    sampler = FixedBucketSampler([DIM] * num, batch_size, bucket_keys=[DIM], round_to=None,
+                                 shuffle=bad_sample is None, seed=1)
+
+    def batchify(items, shape=None):
+        return {"x": np.stack([a for a, _ in items]), "y": np.stack([b for _, b in items])}
+
+    return DataLoader(samples, sampler, batchify)
+
+
+def start(optimizer=None):
+    optimizer = optimizer or optax.sgd(0.05)
+    state = create_train_state({"w": jnp.zeros(DIM)}, optimizer, jax.random.key(0))
+    return state, make_train_step(loss_fn, optimizer, donate=False)
+
+
+def test_fit_trains_by_epochs_and_counts_compiles():
+    state, step = start()
+    loader = make_loader()
+    result = fit(state, step, loader, epochs=3, log_every=5,
+                 evaluate=lambda s: {"w0": float(s.params["w"][0])})
+    assert result.progress.step == 3 * len(loader) and result.progress.epoch == 3
+    assert result.stopped_by == "epochs" and result.num_compiles == 1
+    assert [h["epoch"] for h in result.progress.history] == [3]    # evaluated at the end only
+    assert result.progress.last_loss < 1.0 and result.progress.tokens == 3 * 48
+
+
+def test_fit_stops_on_a_non_finite_loss_naming_the_step():
+    state, step = start()
+    loader = make_loader(bad_sample=9)   # unshuffled: sample 9 is in the third batch
+    with pytest.raises(FloatingPointError, match="at step 3"):
+        fit(state, step, loader, max_steps=10, log_every=5)
+
+
+def test_a_loss_scaling_skip_is_not_an_error():
+    state, step = start(dynamic_loss_scale(optax.sgd(0.05)))
+    loader = make_loader(bad_sample=9, value=np.inf)
+    result = fit(state, step, loader, max_steps=12, log_every=4)
+    assert result.progress.step == 12 and np.isfinite(result.progress.last_loss)
+    assert np.all(np.isfinite(np.asarray(result.state.params["w"])))
+
+
+def test_time_budget_then_resume_equals_an_uninterrupted_run(tmp_path):
+    def run(save_dir, **kwargs):
+        state, step = start(optax.adam(0.1))
+        manager = RunDir(save_dir).checkpoint_manager(max_to_keep=2, best_metric="w0")
+        result = fit(state, step, make_loader(), max_steps=20, eval_every=6, log_every=3,
+                     checkpoints=manager, evaluate=lambda s: {"w0": float(s.params["w"][0])},
+                     **kwargs)
+        manager.close()
+        return result
+
+    whole = run(tmp_path / "whole")
+    cut = run(tmp_path / "cut", time_budget_min=1e-9)
+    assert cut.stopped_by == "time_budget" and cut.progress.step == 3
+    resumed = run(tmp_path / "cut", resume=True)
+    assert [h["step"] for h in resumed.progress.history] == [3, 6, 12, 18, 20]
+    assert resumed.progress.step == 20 and resumed.progress.data_crc32 == whole.progress.data_crc32
+    np.testing.assert_allclose(resumed.state.params["w"], whole.state.params["w"], atol=1e-6)
+
+
+def test_epoch_hook_changes_the_state_before_the_save():
+    state, step = start(optax.inject_hyperparams(optax.sgd)(learning_rate=0.1))
+
+    def halve(state, record, history):
+        lr = learning_rate_of(state.opt_state)
+        record["lr"] = lr
+        return state.replace(opt_state=with_learning_rate(state.opt_state, lr / 2))
+
+    result = fit(state, step, make_loader(), epochs=3, eval_each_epoch=True, on_epoch_end=halve)
+    assert [h["lr"] for h in result.progress.history] == pytest.approx([0.1, 0.05, 0.025])
+
+
+def test_run_dir_refuses_reuse_without_resume_and_a_changed_config(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.open({"model": "a", "epochs": 1}, resume=False)
+    state, step = start()
+    manager = run.checkpoint_manager()
+    fit(state, step, make_loader(), max_steps=2, checkpoints=manager)
+    manager.close()
+    with pytest.raises(SystemExit, match="--resume"):
+        run.open({"model": "a", "epochs": 1}, resume=False)
+    with pytest.raises(SystemExit, match="different"):
+        run.open({"model": "b", "epochs": 2}, resume=True, check=["model"])
+    run.open({"model": "a", "epochs": 2}, resume=True, check=["model"])  # epochs may change
+    assert json.loads(run.config_path.read_text())["epochs"] == 1      # written once
+
+
+def test_with_loss_scaling_follows_the_policy():
+    inner = optax.sgd(0.1)
+    assert with_loss_scaling(inner, "float32") is inner
+    scaled = with_loss_scaling(inner, "mixed_float16")
+    assert scaled is not inner and "scale" in scaled.init({"w": jnp.zeros(2)})._fields
