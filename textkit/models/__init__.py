@@ -9,18 +9,19 @@ import importlib
 import warnings
 
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
+from textkit.models.config import ModelConfig, parse_overrides
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
-from textkit.models.registry import get_model, list_models, register_model
+from textkit.models.registry import get_model, list_models, register_model, register_preset
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
-    "AWDLSTMLM", "AWDLSTMLMConfig", "DecodeOutput", "GNMT", "GNMTConfig", "LSTMLM",
-    "LSTMLMConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
+    "AWDLSTMLM", "AWDLSTMLMConfig", "DecodeOutput", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
+    "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "Translator",
-    "beam_search", "get_model", "greedy_search", "length_penalty", "list_models",
-    "model_step_fn", "prefill", "register_model", "sample",
+    "beam_search", "get_model", "greedy_search", "length_penalty", "list_models", "model_step_fn",
+    "parse_overrides", "prefill", "register_model", "register_preset", "sample",
 ]
 
 _MOVED_TO_DECODING = ("DecodeOutput", "Translator", "beam_search", "greedy_search",

@@ -33,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from textkit.models.layers import mixed_einsum
-from textkit.models.registry import register_model
+from textkit.models.config import ModelConfig
+from textkit.models.layers import Dense, Dropout, mixed_einsum, uniform_init
+from textkit.models.registry import register_preset
 from textkit.precision import Policy, mask_value
 
 __all__ = [
@@ -55,64 +56,52 @@ FROZEN = "frozen_embedding"
 TUNED = "embedding"
 
 
-def _check_common(config: Any) -> None:
-    if config.mode not in EMBEDDING_MODES:
-        raise ValueError(f"unknown embedding mode {config.mode!r}; expected one of "
-                         f"{EMBEDDING_MODES}")
-    if config.vocab_size <= 0 or config.embed_dim <= 0 or config.num_classes < 2:
-        raise ValueError(f"need vocab_size > 0, embed_dim > 0, num_classes >= 2; got {config}")
-    if not 0.0 <= config.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {config.dropout}")
-
-
 @dataclasses.dataclass(frozen=True)
-class TextCNNConfig:
-    """Kim (2014) CNN: filter windows ``windows`` with ``num_filters`` maps each, ReLU,
-    max-over-time pooling, dropout, dense to ``num_classes``. Kim's l2 max-norm constraint on
-    the output weights is an optimizer link: ``textkit.training.classification.max_norm``."""
+class _ClassifierConfig(ModelConfig):
+    """The fields and checks both classifier configs share (each adds its own and ``dropout``)."""
+
+    _rates = ("dropout",)
+    _choices = {"mode": EMBEDDING_MODES}
 
     vocab_size: int
     num_classes: int = 2
     embed_dim: int = 300
     mode: str = "rand"
+
+    def _validate(self) -> None:
+        if self.vocab_size <= 0 or self.embed_dim <= 0 or self.num_classes < 2:
+            raise ValueError(f"need vocab_size > 0, embed_dim > 0, num_classes >= 2; got {self}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextCNNConfig(_ClassifierConfig):
+    """Kim (2014) CNN: filter windows ``windows`` with ``num_filters`` maps each, ReLU,
+    max-over-time pooling, dropout, dense to ``num_classes``. Kim's l2 max-norm constraint on
+    the output weights is an optimizer link: ``textkit.training.classification.max_norm``."""
+
     windows: tuple[int, ...] = (3, 4, 5)
     num_filters: int = 100
     dropout: float = 0.5
-    pad_id: int = 1
-    policy: Policy = Policy()
 
-    def __post_init__(self):
-        _check_common(self)
+    def _validate(self) -> None:
+        super()._validate()
         if not self.windows or min(self.windows) < 1 or self.num_filters < 1:
             raise ValueError(f"need windows >= 1 and num_filters >= 1; got {self.windows}, "
                              f"{self.num_filters}")
 
 
 @dataclasses.dataclass(frozen=True)
-class RNNClassifierConfig:
+class RNNClassifierConfig(_ClassifierConfig):
     """LSTM (or BiLSTM) over the embeddings, ``mean`` or ``max`` pooling of the outputs over
     the real tokens, dropout, dense to ``num_classes``. ``hidden_size`` is per direction."""
 
-    vocab_size: int
-    num_classes: int = 2
-    embed_dim: int = 300
-    mode: str = "rand"
+    _choices = {**_ClassifierConfig._choices, "pooling": ("mean", "max")}
+
     hidden_size: int = 150
     bidirectional: bool = False
     pooling: str = "mean"
     dropout: float = 0.5
-    pad_id: int = 1
-    policy: Policy = Policy()
 
-    def __post_init__(self):
-        _check_common(self)
-        if self.pooling not in ("mean", "max"):
-            raise ValueError(f"pooling must be 'mean' or 'max', got {self.pooling!r}")
-
-
-def _kim_uniform(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-    """Kim's init for random word vectors: U[-0.25, 0.25]."""
-    return jax.random.uniform(key, shape, dtype, -0.25, 0.25)
 
 
 class EmbeddingChannels(nn.Module):
@@ -128,12 +117,13 @@ class EmbeddingChannels(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
         shape = (self.vocab_size, self.embed_dim)
+        init = uniform_init(0.25)  # Kim's init for random word vectors
         channels = []
         if self.mode in ("static", "multichannel"):
-            table = self.param(FROZEN, _kim_uniform, shape, self.policy.param_dtype)
+            table = self.param(FROZEN, init, shape, self.policy.param_dtype)
             channels.append(jnp.take(jax.lax.stop_gradient(table), tokens, axis=0))
         if self.mode in ("rand", "non-static", "multichannel"):
-            table = self.param(TUNED, _kim_uniform, shape, self.policy.param_dtype)
+            table = self.param(TUNED, init, shape, self.policy.param_dtype)
             channels.append(jnp.take(table, tokens, axis=0))
         x = jnp.concatenate(channels, axis=-1).astype(self.policy.compute_dtype)  # [B,T,C*D]
         return x * (tokens != self.pad_id)[..., None].astype(x.dtype)
@@ -146,7 +136,7 @@ class WideConv(nn.Module):
 
     Written as an unfold (the ``window`` shifted copies of ``x`` side by side, [B, T', window*C])
     and one matmul in ``policy.compute_dtype`` with float32 accumulation: on XLA:CPU this trains
-    several times faster than ``lax.conv`` (whose gradient is slow there). Params are those of
+    faster than ``lax.conv`` (whose gradient is slow there). Params are those of
     ``nn.Conv``: ``kernel`` [window, C, features] (LeCun normal) and ``bias`` [features].
     """
 
@@ -171,7 +161,27 @@ class WideConv(nn.Module):
         return h + bias.astype(jnp.float32)
 
 
-class TextCNN(nn.Module):
+class _SentenceClassifier(nn.Module):
+    """What TextCNN and RNNClassifier share: the embedding channels in, dropout and the output
+    layer out (subclasses define ``config`` and a compact ``__call__``)."""
+
+    def _embed(self, tokens: jax.Array) -> jax.Array:
+        """tokens int32 [B, T] -> [B, T, channels * D] in the compute dtype, zero at padding."""
+        cfg = self.config
+        return EmbeddingChannels(cfg.vocab_size, cfg.embed_dim, cfg.mode, cfg.pad_id,
+                                 cfg.policy, name="embed")(tokens)
+
+    def _classify(self, features: jax.Array, deterministic: bool) -> jax.Array:
+        """features float32 [B, F] -> dropout -> logits float32 [B, num_classes]."""
+        cfg = self.config
+        features = Dropout(cfg.dropout)(features, deterministic=deterministic)
+        # A tiny matmul: computed in float32; LeCun-normal kernel as flax's nn.Dense.
+        policy = dataclasses.replace(cfg.policy, compute_dtype=jnp.float32)
+        return Dense(cfg.num_classes, policy, kernel_init=nn.initializers.lecun_normal(),
+                     name="output")(features)
+
+
+class TextCNN(_SentenceClassifier):
     """Kim's CNN sentence classifier; see ``TextCNNConfig``."""
 
     config: TextCNNConfig
@@ -179,15 +189,14 @@ class TextCNN(nn.Module):
     @nn.compact
     def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
         """tokens int32 [B, T] -> logits float32 [B, num_classes]."""
-        cfg, policy = self.config, self.config.policy
-        x = EmbeddingChannels(cfg.vocab_size, cfg.embed_dim, cfg.mode, cfg.pad_id, policy,
-                              name="embed")(tokens)                       # [B, T, C*D]
+        cfg = self.config
+        x = self._embed(tokens)                                           # [B, T, C*D]
         lengths = jnp.sum(tokens != cfg.pad_id, axis=-1)                  # [B]
         pooled = []
         for w in cfg.windows:
             # Wide convolution (w-1 zeros each side, as Kim's code pads): output j covers
             # positions j-w+1 .. j, and touches a real token iff j < length + w - 1.
-            h = WideConv(w, cfg.num_filters, policy, name=f"conv{w}")(x)    # [B, T+w-1, K]
+            h = WideConv(w, cfg.num_filters, cfg.policy, name=f"conv{w}")(x)  # [B, T+w-1, K]
             h = nn.relu(h)
             touches_real = jnp.arange(h.shape[1])[None, :] < (lengths[:, None] + w - 1)
             # ReLU outputs are >= 0, so filling the other windows with 0 leaves the max over
@@ -195,13 +204,10 @@ class TextCNN(nn.Module):
             h = jnp.where(touches_real[..., None], h, 0.0)
             pooled.append(jnp.max(h, axis=1))                             # [B, K]
         features = jnp.concatenate(pooled, axis=-1)                       # [B, len(windows)*K]
-        features = nn.Dropout(cfg.dropout)(features, deterministic=deterministic)
-        logits = nn.Dense(cfg.num_classes, dtype=jnp.float32, param_dtype=policy.param_dtype,
-                          name="output")(features)  # logits in float32 (tiny matmul)
-        return logits
+        return self._classify(features, deterministic)
 
 
-class RNNClassifier(nn.Module):
+class RNNClassifier(_SentenceClassifier):
     """(Bi)LSTM sentence classifier; see ``RNNClassifierConfig``."""
 
     config: RNNClassifierConfig
@@ -210,11 +216,11 @@ class RNNClassifier(nn.Module):
     def __call__(self, tokens: jax.Array, *, deterministic: bool = True) -> jax.Array:
         """tokens int32 [B, T] -> logits float32 [B, num_classes]."""
         cfg, policy = self.config, self.config.policy
-        x = EmbeddingChannels(cfg.vocab_size, cfg.embed_dim, cfg.mode, cfg.pad_id, policy,
-                              name="embed")(tokens)                       # [B, T, C*D]
+        x = self._embed(tokens)                                           # [B, T, C*D]
         mask = tokens != cfg.pad_id                                       # [B, T]
         lengths = jnp.sum(mask, axis=-1)                                  # [B]
 
+        # flax's LSTM cell on purpose: its parameter tree (ii, if, ..., hg) is this model's.
         def lstm(name: str) -> nn.RNN:
             cell = nn.OptimizedLSTMCell(cfg.hidden_size, dtype=policy.compute_dtype,
                                         param_dtype=policy.param_dtype, name=name)
@@ -232,9 +238,7 @@ class RNNClassifier(nn.Module):
         else:
             pooled = jnp.max(jnp.where(mask[..., None], h, mask_value(jnp.float32)), axis=1)
             pooled = jnp.where((lengths > 0)[:, None], pooled, 0.0)       # empty dummy rows
-        pooled = nn.Dropout(cfg.dropout)(pooled, deterministic=deterministic)
-        return nn.Dense(cfg.num_classes, dtype=jnp.float32, param_dtype=policy.param_dtype,
-                        name="output")(pooled)
+        return self._classify(pooled, deterministic)
 
 
 # ------------------------------------------------------------------- params and optimizer
@@ -291,20 +295,9 @@ def make_optimizer(tx: optax.GradientTransformation) -> optax.GradientTransforma
 
 
 # ----------------------------------------------------------------------------------- presets
-@register_model("textcnn", family="classification")
-def textcnn(**overrides: Any) -> TextCNN:
-    """Kim's CNN (windows 3/4/5 x 100 maps, dropout 0.5, 300-d embeddings); pass
-    ``vocab_size`` and optionally ``mode``, ``num_classes``, ``embed_dim`` ..."""
-    return TextCNN(TextCNNConfig(**overrides))
-
-
-@register_model("lstm_classifier", family="classification")
-def lstm_classifier(**overrides: Any) -> RNNClassifier:
-    """One-direction LSTM (150 units), mean pooling, dropout 0.5; pass ``vocab_size``."""
-    return RNNClassifier(RNNClassifierConfig(**overrides))
-
-
-@register_model("bilstm_classifier", family="classification")
-def bilstm_classifier(**overrides: Any) -> RNNClassifier:
-    """BiLSTM (150 units per direction), mean pooling, dropout 0.5; pass ``vocab_size``."""
-    return RNNClassifier(RNNClassifierConfig(**{"bidirectional": True, **overrides}))
+# Kim's CNN (windows 3/4/5 x 100 maps, dropout 0.5, 300-d embeddings), a one-direction LSTM
+# and a BiLSTM (150 units per direction), mean pooling, dropout 0.5. Pass ``vocab_size``.
+register_preset("textcnn", "classification", TextCNN, TextCNNConfig)
+register_preset("lstm_classifier", "classification", RNNClassifier, RNNClassifierConfig)
+register_preset("bilstm_classifier", "classification", RNNClassifier, RNNClassifierConfig,
+                bidirectional=True)

@@ -28,8 +28,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.layers import Dense, mixed_einsum
-from textkit.models.registry import register_model
+from textkit.models.config import ModelConfig
+from textkit.models.layers import Dense, Dropout, log_softmax, mixed_einsum, uniform_init
+from textkit.models.registry import register_preset
 from textkit.models.rnn import LSTM, BidirectionalLSTM, LSTMState, zero_state
 from textkit.precision import Policy, mask_value
 
@@ -37,16 +38,13 @@ ATTENTION_KINDS = ("scaled_dot", "luong", "bahdanau")
 RESIDUAL_FROM_LAYER = 3
 """1-based index of the first encoder/decoder layer with a residual connection."""
 
-def _uniform_init(scale: float):
-    """U(-scale, scale) initializer."""
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -scale, scale)
-    return init
-
 
 @dataclasses.dataclass(frozen=True)
-class GNMTConfig:
+class GNMTConfig(ModelConfig):
     """Hyper-parameters of a GNMT model. ``policy`` may be given as a string."""
+
+    _rates = ("dropout",)
+    _choices = {"attention": ATTENTION_KINDS}
 
     src_vocab_size: int = 32000
     tgt_vocab_size: int = 32000
@@ -56,20 +54,12 @@ class GNMTConfig:
     num_decoder_layers: int = 2
     attention: str = "scaled_dot"
     dropout: float = 0.2
-    pad_id: int = 1
-    policy: Policy = Policy()
 
-    def __post_init__(self):
-        object.__setattr__(self, "policy", Policy.parse(self.policy))
-        if self.attention not in ATTENTION_KINDS:
-            raise ValueError(f"GNMTConfig.attention={self.attention!r}; expected one of "
-                             f"{ATTENTION_KINDS}")
+    def _validate(self) -> None:
         if self.num_encoder_layers < 1 or self.num_decoder_layers < 2:
             raise ValueError("GNMT needs >= 1 encoder layer and >= 2 decoder layers (the "
                              "attention context enters the decoder from layer 2); got "
                              f"{self.num_encoder_layers} and {self.num_decoder_layers}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GNMTConfig.dropout={self.dropout}; expected 0 <= dropout < 1")
 
 
 class RecurrentAttention(nn.Module):
@@ -121,9 +111,9 @@ class GNMT(nn.Module):
     def setup(self):
         cfg = self.config
         pol = cfg.policy
-        self.src_embedding = self.param("src_embedding", _uniform_init(0.1),
+        self.src_embedding = self.param("src_embedding", uniform_init(0.1),
                                         (cfg.src_vocab_size, cfg.embed_size), pol.param_dtype)
-        self.tgt_embedding = self.param("tgt_embedding", _uniform_init(0.1),
+        self.tgt_embedding = self.param("tgt_embedding", uniform_init(0.1),
                                         (cfg.tgt_vocab_size, cfg.embed_size), pol.param_dtype)
         self.encoder_bidirectional = BidirectionalLSTM(cfg.hidden_size, pol)
         self.encoder_layers = [LSTM(cfg.hidden_size, pol)
@@ -131,7 +121,7 @@ class GNMT(nn.Module):
         self.decoder_layers = [LSTM(cfg.hidden_size, pol) for _ in range(cfg.num_decoder_layers)]
         self.attention = RecurrentAttention(cfg.attention, cfg.hidden_size, pol)
         self.output_projection = Dense(cfg.tgt_vocab_size, pol)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _embed(self, table: jax.Array, tokens: jax.Array) -> jax.Array:
         return jnp.take(table, tokens, axis=0).astype(self.config.policy.compute_dtype)
@@ -197,39 +187,23 @@ class GNMT(nn.Module):
         """``tokens`` int32 ``[B]`` -> (log-probs float32 ``[B,V]``, cache advanced one step)."""
         logits, state = self._decode(tokens[:, None], cache["memory"], cache["keys"],
                                      cache["src_mask"], cache["state"], True)
-        return jax.nn.log_softmax(logits[:, 0], axis=-1), {**cache, "state": state}
+        return log_softmax(logits[:, 0]), {**cache, "state": state}
 
 
-def _preset(base: GNMTConfig, overrides: dict[str, Any]) -> GNMT:
-    return GNMT(dataclasses.replace(base, **overrides))
-
-
-@register_model("gnmt_iwslt", family="translation")
-def gnmt_iwslt(**overrides: Any) -> GNMT:
-    """GluonNLP's IWSLT'15 en-vi setting: 2 layers x 512 (first bidirectional), dropout 0.2.
-    Vocabulary sizes are those of the IWSLT'15 en-vi vocab files; override with yours."""
-    return _preset(GNMTConfig(src_vocab_size=17191, tgt_vocab_size=7709, embed_size=512,
-                              hidden_size=512, num_encoder_layers=2, num_decoder_layers=2,
-                              attention="scaled_dot", dropout=0.2), overrides)
-
-
-@register_model("gnmt_4layer", family="translation")
-def gnmt_4layer(**overrides: Any) -> GNMT:
-    """4 + 4 layers x 1024, additive attention, 32k shared-size vocab (WMT-style)."""
-    return _preset(GNMTConfig(embed_size=1024, hidden_size=1024, num_encoder_layers=4,
-                              num_decoder_layers=4, attention="bahdanau", dropout=0.2), overrides)
-
-
-@register_model("gnmt_8layer", family="translation")
-def gnmt_8layer(**overrides: Any) -> GNMT:
-    """8 + 8 layers x 1024 as in Wu et al. 2016, additive attention."""
-    return _preset(GNMTConfig(embed_size=1024, hidden_size=1024, num_encoder_layers=8,
-                              num_decoder_layers=8, attention="bahdanau", dropout=0.2), overrides)
-
-
-@register_model("gnmt_tiny", family="translation")
-def gnmt_tiny(**overrides: Any) -> GNMT:
-    """2 + 2 layers x 64 with a 1000-token vocab: trains in minutes on a CPU."""
-    return _preset(GNMTConfig(src_vocab_size=1000, tgt_vocab_size=1000, embed_size=64,
-                              hidden_size=64, num_encoder_layers=2, num_decoder_layers=2,
-                              attention="scaled_dot", dropout=0.1), overrides)
+# GluonNLP's IWSLT'15 en-vi setting: 2 layers x 512 (first bidirectional), dropout 0.2; the
+# vocabulary sizes are those of the IWSLT'15 en-vi vocab files (override with yours).
+register_preset("gnmt_iwslt", "translation", GNMT, GNMTConfig, src_vocab_size=17191,
+                tgt_vocab_size=7709, embed_size=512, hidden_size=512, num_encoder_layers=2,
+                num_decoder_layers=2, attention="scaled_dot", dropout=0.2)
+# 4 + 4 layers x 1024, additive attention, 32k shared-size vocab (WMT-style).
+register_preset("gnmt_4layer", "translation", GNMT, GNMTConfig, embed_size=1024,
+                hidden_size=1024, num_encoder_layers=4, num_decoder_layers=4,
+                attention="bahdanau", dropout=0.2)
+# 8 + 8 layers x 1024 as in Wu et al. 2016, additive attention.
+register_preset("gnmt_8layer", "translation", GNMT, GNMTConfig, embed_size=1024,
+                hidden_size=1024, num_encoder_layers=8, num_decoder_layers=8,
+                attention="bahdanau", dropout=0.2)
+# 2 + 2 layers x 64 with a 1000-token vocab: trains in minutes on a CPU.
+register_preset("gnmt_tiny", "translation", GNMT, GNMTConfig, src_vocab_size=1000,
+                tgt_vocab_size=1000, embed_size=64, hidden_size=64, num_encoder_layers=2,
+                num_decoder_layers=2, attention="scaled_dot", dropout=0.1)

@@ -1,4 +1,7 @@
-"""Policy-aware building blocks shared by the textkit models.
+"""Policy-aware building blocks shared by the textkit models: the one source of ``Dense``,
+``Embed``, ``Dropout`` / ``dropout``, ``log_softmax``, ``LayerNorm``, positions, initialisers
+(``uniform_init``) and the LSTM layers (``LSTM``, ``BidirectionalLSTM``: defined in ``rnn.py``,
+importable from here).
 
 Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; every matmul casts
 both operands to ``policy.compute_dtype`` and accumulates into a float32 result
@@ -35,12 +38,12 @@ def _is_float32(dtype: Any) -> bool:
 def native_low_precision_dots() -> bool:
     """Whether low-precision matmuls run as native ``compute x compute -> float32`` dots.
 
-    False on XLA:CPU: there a bfloat16 x bfloat16 -> float32 dot runs at 55-90 % of the speed of
-    the float32 dot of the same shape (measured on an AVX-512 Xeon without bf16 units, train-step
-    shapes: 74-109 vs 110-136 GFLOP/s), and some of its operand layouts are not implemented at
-    all ("Unsupported element type for DotThunk"). The operands are then rounded to the compute
-    dtype and multiplied as float32, which gives the same numbers: the product of two bfloat16
-    (or float16) values is exact in float32 and the accumulation is float32 either way.
+    False on XLA:CPU: there a bfloat16 x bfloat16 -> float32 dot is slower than the float32 dot
+    of the same shape on CPUs without bf16 units (see ``benchmarks/train_step.py``), and some of
+    its operand layouts are not implemented at all ("Unsupported element type for DotThunk").
+    The operands are then rounded to the compute dtype and multiplied as float32, which gives
+    the same numbers: the product of two bfloat16 (or float16) values is exact in float32 and the
+    accumulation is float32 either way.
     """
     return jax.default_backend() != "cpu"
 
@@ -99,6 +102,15 @@ def _xavier(in_rank: int, out_rank: int, batch_axis: tuple[int, ...] = ()) -> In
         1.0, "fan_avg", "uniform", in_axis=in_axis, out_axis=out_axis, batch_axis=batch_axis)
 
 
+def uniform_init(scale: float) -> Initializer:
+    """Initializer drawing U(-scale, scale) (in the param dtype asked for)."""
+
+    def init(key: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
+        return jax.random.uniform(key, shape, dtype, -scale, scale)
+
+    return init
+
+
 class Dense(nn.Module):
     """Affine map contracting the last ``contract`` input axes into ``features``.
 
@@ -106,6 +118,7 @@ class Dense(nn.Module):
     [*in_dims, *features] in ``policy.param_dtype``; ``batch_axes`` are kernel axes (counted
     among the feature axes) that hold independent projections, e.g. the 3 of a fused
     query/key/value kernel [d_model, 3, heads, head_dim], so each gets its own init fan.
+    ``kernel_init`` replaces that Glorot-uniform init (e.g. flax's LeCun normal).
     """
 
     features: int | tuple[int, ...]
@@ -113,13 +126,15 @@ class Dense(nn.Module):
     use_bias: bool = True
     contract: int = 1
     batch_axes: tuple[int, ...] = ()
+    kernel_init: Initializer | None = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
         in_dims = x.shape[x.ndim - self.contract:]
         n_in, n_out = len(in_dims), len(features)
-        kernel_init = _xavier(n_in, n_out, tuple(n_in + a for a in self.batch_axes))
+        kernel_init = self.kernel_init or _xavier(n_in, n_out,
+                                                  tuple(n_in + a for a in self.batch_axes))
         kernel = self.param("kernel", kernel_init, (*in_dims, *features), self.policy.param_dtype)
         # Always one plain 2-D matmul [rows, in] x [in, out]: XLA:CPU runs it fastest (a
         # [B, 1, D] decoding step would otherwise get a degenerate-axis layout and a copy of
@@ -167,8 +182,8 @@ def log_softmax(logits: Array) -> Array:
     """``logits - logsumexp(logits)`` over the last axis, float32 [..., V].
 
     Same values as ``jax.nn.log_softmax``, but XLA:CPU fuses that one's max-subtraction into
-    the logits matmul as a slow fused kernel: for [128, 512] x [512, 32000] it takes ~80 ms
-    instead of ~30 ms (most of a beam-search step)."""
+    the logits matmul as a slow fused kernel (see ``benchmarks/decode.py``); use this one after
+    an output projection."""
     logits = logits.astype(jnp.float32)
     return logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
 
@@ -196,6 +211,9 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
 
 
+POSITION_KINDS = ("sinusoidal", "learned")
+
+
 class PositionEmbedding(nn.Module):
     """Adds position information: ``kind`` "sinusoidal" (fixed) or "learned" ([max_len, dim]).
 
@@ -214,8 +232,8 @@ class PositionEmbedding(nn.Module):
         elif self.kind == "sinusoidal":
             self.table = jnp.asarray(sinusoidal_positions(self.max_len, self.features))
         else:
-            raise ValueError(
-                f"unknown positions kind {self.kind!r}; expected 'sinusoidal' or 'learned'")
+            raise ValueError(f"unknown positions kind {self.kind!r}; expected one of "
+                             f"{POSITION_KINDS}")
 
     def __call__(self, x: Array, positions: Array) -> Array:
         return x + jnp.take(self.table, positions, axis=0).astype(jnp.float32)
@@ -224,23 +242,26 @@ class PositionEmbedding(nn.Module):
 _UNIFORM_LEVELS = 2 ** 16
 
 
-def dropout(x: Array, rate: float, rng: Array) -> Array:
+def dropout(x: Array, rate: float, rng: Array, broadcast_dims: tuple[int, ...] = ()) -> Array:
     """Inverted dropout: zero each element of ``x`` [...] with probability ``rate`` and scale
-    the others by 1 / (keep probability); same shape and dtype.
+    the others by 1 / (keep probability); same shape and dtype. Along ``broadcast_dims`` one
+    decision is shared (e.g. ``(1,)`` on [B, T, D]: one mask per sequence, locked over time).
 
     Each element draws a 16-bit uniform, two from every 32-bit random word: half the threefry
-    work of ``jax.random.bernoulli`` (one 32-bit word per element), which is a tenth of a
-    Transformer train step on CPU. ``rate`` is therefore rounded to a multiple of 2**-16 (0.1
-    becomes 0.100006) and the scale uses that rounded rate, so the expectation is exact.
+    work of ``jax.random.bernoulli`` (one 32-bit word per element). ``rate`` is therefore rounded
+    to a multiple of 2**-16 (0.1 becomes 0.100006) and the scale uses that rounded rate, so the
+    expectation is exact.
     """
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
     threshold = round(rate * _UNIFORM_LEVELS)
     if threshold == 0:
         return x
-    words = jax.random.bits(rng, ((x.size + 1) // 2,), jnp.uint32)
+    shape = tuple(1 if axis in broadcast_dims else size for axis, size in enumerate(x.shape))
+    count = math.prod(shape)
+    words = jax.random.bits(rng, ((count + 1) // 2,), jnp.uint32)
     uniforms = jnp.concatenate([words & np.uint32(0xFFFF), words >> np.uint32(16)])
-    keep = uniforms[:x.size].reshape(x.shape) >= np.uint32(threshold)
+    keep = uniforms[:count].reshape(shape) >= np.uint32(threshold)
     scale = np.float32(_UNIFORM_LEVELS / (_UNIFORM_LEVELS - threshold))
     return jnp.where(keep, x * scale.astype(x.dtype), jnp.zeros((), x.dtype))
 
@@ -250,12 +271,13 @@ class Dropout(nn.Module):
     "dropout" rng collection; the identity when ``deterministic`` or ``rate == 0``."""
 
     rate: float
+    broadcast_dims: tuple[int, ...] = ()
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool) -> Array:
         if deterministic or self.rate == 0.0:
             return x
-        return dropout(x, self.rate, self.make_rng("dropout"))
+        return dropout(x, self.rate, self.make_rng("dropout"), self.broadcast_dims)
 
 
 class FeedForward(nn.Module):
@@ -270,3 +292,13 @@ class FeedForward(nn.Module):
         h = nn.relu(Dense(self.d_ff, policy=self.policy, name="wi")(x))
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], policy=self.policy, name="wo")(h)
+
+
+def __getattr__(name: str) -> Any:
+    # The LSTM layers live in rnn.py (which needs mixed_einsum from here): re-exported lazily,
+    # so that ``from textkit.models.layers import LSTM`` works without an import cycle.
+    if name in ("LSTM", "BidirectionalLSTM", "LSTMState", "zero_state", "reverse_padded"):
+        from textkit.models import rnn
+
+        return getattr(rnn, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,27 +28,27 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.layers import Dense, mixed_einsum
-from textkit.models.registry import register_model
+from textkit.models.config import ModelConfig
+from textkit.models.layers import Dense, Dropout, dropout, log_softmax, mixed_einsum, uniform_init
+from textkit.models.registry import register_preset
 from textkit.models.rnn import LSTM, LSTMState, zero_state
-from textkit.precision import Policy
-
-
-def _uniform_init(scale: float):
-    """U(-scale, scale) initializer."""
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -scale, scale)
-    return init
-
-
-def _check_rate(owner: str, name: str, rate: float) -> None:
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"{owner}.{name}={rate}; expected 0 <= rate < 1")
 
 
 @dataclasses.dataclass(frozen=True)
-class LSTMLMConfig:
+class _RecurrentLMConfig(ModelConfig):
+    """What both recurrent LM configs share: at least one layer."""
+
+    def _validate(self) -> None:
+        if self.num_layers < 1:
+            raise ValueError(f"{type(self).__name__}.num_layers={self.num_layers}; "
+                             "expected >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMLMConfig(_RecurrentLMConfig):
     """LSTM LM hyper-parameters. ``policy`` may be given as a string."""
+
+    _rates = ("dropout",)
 
     vocab_size: int = 10000
     embed_size: int = 200
@@ -56,14 +56,6 @@ class LSTMLMConfig:
     num_layers: int = 2
     dropout: float = 0.2
     tie_weights: bool = True
-    pad_id: int = 1
-    policy: Policy = Policy()
-
-    def __post_init__(self):
-        object.__setattr__(self, "policy", Policy.parse(self.policy))
-        _check_rate("LSTMLMConfig", "dropout", self.dropout)
-        if self.num_layers < 1:
-            raise ValueError(f"LSTMLMConfig.num_layers={self.num_layers}; expected >= 1")
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -72,8 +64,11 @@ class LSTMLMConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class AWDLSTMLMConfig:
+class AWDLSTMLMConfig(_RecurrentLMConfig):
     """AWD-LSTM hyper-parameters (defaults: GluonNLP's awd_lstm_lm_1150)."""
+
+    _rates = ("embedding_dropout", "input_dropout", "hidden_dropout", "output_dropout",
+              "weight_drop")
 
     vocab_size: int = 10000
     embed_size: int = 400
@@ -85,16 +80,6 @@ class AWDLSTMLMConfig:
     output_dropout: float = 0.4
     weight_drop: float = 0.5
     tie_weights: bool = True
-    pad_id: int = 1
-    policy: Policy = Policy()
-
-    def __post_init__(self):
-        object.__setattr__(self, "policy", Policy.parse(self.policy))
-        for name in ("embedding_dropout", "input_dropout", "hidden_dropout", "output_dropout",
-                     "weight_drop"):
-            _check_rate("AWDLSTMLMConfig", name, getattr(self, name))
-        if self.num_layers < 1:
-            raise ValueError(f"AWDLSTMLMConfig.num_layers={self.num_layers}; expected >= 1")
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -119,11 +104,11 @@ class _RecurrentLM(nn.Module):
                     tokens: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
         """``tokens`` int32 ``[B]`` -> (log-probs float32 ``[B,V]``, advanced cache)."""
         logits, state = self(tokens[:, None], cache["state"], deterministic=True)
-        return jax.nn.log_softmax(logits[:, 0], axis=-1), {"state": state}
+        return log_softmax(logits[:, 0]), {"state": state}
 
     def _embedding_table(self) -> jax.Array:
         cfg = self.config
-        return self.param("embedding", _uniform_init(0.1), (cfg.vocab_size, cfg.embed_size),
+        return self.param("embedding", uniform_init(0.1), (cfg.vocab_size, cfg.embed_size),
                           cfg.policy.param_dtype)
 
     def _output_logits(self, x: jax.Array, embedding: jax.Array) -> jax.Array:
@@ -153,14 +138,14 @@ class LSTMLM(_RecurrentLM):
         if state is None:
             state = self.initial_state(tokens.shape[0])
         mask = tokens != cfg.pad_id
-        dropout = nn.Dropout(cfg.dropout)
+        drop = Dropout(cfg.dropout)
         embedding = self._embedding_table()
         x = jnp.take(embedding, tokens, axis=0).astype(cfg.policy.compute_dtype)
-        x = dropout(x, deterministic=deterministic)
+        x = drop(x, deterministic=deterministic)
         new_state = []
         for index, size in enumerate(cfg.layer_sizes):
             x, layer_state = LSTM(size, cfg.policy, name=f"lstm_{index}")(x, state[index], mask)
-            x = dropout(x, deterministic=deterministic)
+            x = drop(x, deterministic=deterministic)
             new_state.append(layer_state)
         return self._output_logits(x, embedding), tuple(new_state)
 
@@ -177,9 +162,9 @@ class AWDLSTMLM(_RecurrentLM):
         rate = self.config.embedding_dropout
         if deterministic or rate == 0.0:
             return x
-        kept = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - rate, (embedding.shape[0],))
-        scale = jnp.take(kept, tokens, axis=0).astype(x.dtype) / (1.0 - rate)
-        return x * scale[..., None]
+        # One inverted-dropout decision per vocabulary row: 0 or 1 / keep.
+        scale = dropout(jnp.ones((embedding.shape[0],), x.dtype), rate, self.make_rng("dropout"))
+        return x * jnp.take(scale, tokens, axis=0)[..., None]
 
     @nn.compact
     def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
@@ -192,55 +177,30 @@ class AWDLSTMLM(_RecurrentLM):
         embedding = self._embedding_table()
         x = self._dropped_embedding(embedding, tokens, deterministic)
         # Locked dropout: one mask per sequence and feature, shared over time (axis 1).
-        x = nn.Dropout(cfg.input_dropout, broadcast_dims=(1,))(x, deterministic=deterministic)
+        x = Dropout(cfg.input_dropout, broadcast_dims=(1,))(x, deterministic=deterministic)
         new_state = []
         last = len(cfg.layer_sizes) - 1
         for index, size in enumerate(cfg.layer_sizes):
             layer = LSTM(size, cfg.policy, weight_drop=cfg.weight_drop, name=f"lstm_{index}")
             x, layer_state = layer(x, state[index], mask, deterministic=deterministic)
             rate = cfg.output_dropout if index == last else cfg.hidden_dropout
-            x = nn.Dropout(rate, broadcast_dims=(1,))(x, deterministic=deterministic)
+            x = Dropout(rate, broadcast_dims=(1,))(x, deterministic=deterministic)
             new_state.append(layer_state)
         return self._output_logits(x, embedding), tuple(new_state)
 
 
-@register_model("lstm_lm_200", family="language_model")
-def lstm_lm_200(**overrides: Any) -> LSTMLM:
-    """2 x 200, tied, dropout 0.2 (Zaremba's small size; GluonNLP's standard_lstm_lm_200)."""
-    return LSTMLM(dataclasses.replace(
-        LSTMLMConfig(embed_size=200, hidden_size=200, num_layers=2, dropout=0.2), **overrides))
-
-
-@register_model("lstm_lm_650", family="language_model")
-def lstm_lm_650(**overrides: Any) -> LSTMLM:
-    """2 x 650, tied, dropout 0.5 (Zaremba's medium size)."""
-    return LSTMLM(dataclasses.replace(
-        LSTMLMConfig(embed_size=650, hidden_size=650, num_layers=2, dropout=0.5), **overrides))
-
-
-@register_model("lstm_lm_1500", family="language_model")
-def lstm_lm_1500(**overrides: Any) -> LSTMLM:
-    """2 x 1500, tied, dropout 0.65 (Zaremba's large size)."""
-    return LSTMLM(dataclasses.replace(
-        LSTMLMConfig(embed_size=1500, hidden_size=1500, num_layers=2, dropout=0.65), **overrides))
-
-
-@register_model("lstm_lm_tiny", family="language_model")
-def lstm_lm_tiny(**overrides: Any) -> LSTMLM:
-    """2 x 32 with a 1000-token vocab, for tests and CPU smoke runs."""
-    return LSTMLM(dataclasses.replace(
-        LSTMLMConfig(vocab_size=1000, embed_size=32, hidden_size=32, num_layers=2, dropout=0.1),
-        **overrides))
-
-
-@register_model("awd_lstm_lm", family="language_model")
-def awd_lstm_lm(**overrides: Any) -> AWDLSTMLM:
-    """3 layers, 400-d embedding, 1150 hidden, tied (Merity et al.; GluonNLP awd_lstm_lm_1150)."""
-    return AWDLSTMLM(dataclasses.replace(AWDLSTMLMConfig(), **overrides))
-
-
-@register_model("awd_lstm_lm_tiny", family="language_model")
-def awd_lstm_lm_tiny(**overrides: Any) -> AWDLSTMLM:
-    """3 layers, 16-d embedding, 48 hidden, 1000-token vocab, for tests and CPU smoke runs."""
-    return AWDLSTMLM(dataclasses.replace(
-        AWDLSTMLMConfig(vocab_size=1000, embed_size=16, hidden_size=48), **overrides))
+# Zaremba et al.'s small / medium / large sizes (GluonNLP's standard_lstm_lm_200/650/1500),
+# tied; and a 2 x 32 model with a 1000-token vocab for tests and CPU smoke runs.
+register_preset("lstm_lm_200", "language_model", LSTMLM, LSTMLMConfig,
+                embed_size=200, hidden_size=200, num_layers=2, dropout=0.2)
+register_preset("lstm_lm_650", "language_model", LSTMLM, LSTMLMConfig,
+                embed_size=650, hidden_size=650, num_layers=2, dropout=0.5)
+register_preset("lstm_lm_1500", "language_model", LSTMLM, LSTMLMConfig,
+                embed_size=1500, hidden_size=1500, num_layers=2, dropout=0.65)
+register_preset("lstm_lm_tiny", "language_model", LSTMLM, LSTMLMConfig,
+                vocab_size=1000, embed_size=32, hidden_size=32, num_layers=2, dropout=0.1)
+# Merity et al.: 3 layers, 400-d embedding, 1150 hidden, tied (GluonNLP awd_lstm_lm_1150); and
+# 3 layers, 16-d embedding, 48 hidden, 1000-token vocab for tests and CPU smoke runs.
+register_preset("awd_lstm_lm", "language_model", AWDLSTMLM, AWDLSTMLMConfig)
+register_preset("awd_lstm_lm_tiny", "language_model", AWDLSTMLM, AWDLSTMLMConfig,
+                vocab_size=1000, embed_size=16, hidden_size=48)

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.layers import mixed_einsum
+from textkit.models.layers import dropout, mixed_einsum
 from textkit.precision import Policy
 
 LSTMState = tuple[jax.Array, jax.Array]
@@ -81,9 +81,7 @@ class LSTM(nn.Module):
         w_hh = self.param("w_hh", _lstm_kernel_init, (hidden, 4 * hidden), pdt)
         bias = self.param("bias", _lstm_bias_init(self.forget_bias), (4 * hidden,), pdt)
         if self.weight_drop > 0.0 and not deterministic:
-            keep = 1.0 - self.weight_drop
-            kept = jax.random.bernoulli(self.make_rng("dropout"), keep, w_hh.shape)
-            w_hh = jnp.where(kept, w_hh / keep, 0).astype(pdt)
+            w_hh = dropout(w_hh, self.weight_drop, self.make_rng("dropout"))
 
         # One matmul for the input projection of every step, time-major.
         gates_x = mixed_einsum("tbd,dg->tbg", jnp.swapaxes(inputs, 0, 1), w_ih, cdt)

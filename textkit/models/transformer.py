@@ -24,7 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
+from textkit.models.config import ModelConfig
 from textkit.models.layers import (
+    POSITION_KINDS,
     Dense,
     Dropout,
     Embed,
@@ -33,14 +35,14 @@ from textkit.models.layers import (
     PositionEmbedding,
     log_softmax,
 )
-from textkit.models.registry import register_model
+from textkit.models.registry import register_preset
 from textkit.precision import Policy
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     """Hyper-parameters of ``Transformer`` (frozen, hashable).
 
     ``share_embeddings`` uses one table for source and target (needs equal vocab sizes);
@@ -48,6 +50,9 @@ class TransformerConfig:
     ``pre_norm`` puts layer norm before each sub-layer (plus a final norm) instead of after the
     residual add. ``positions`` is "sinusoidal" or "learned" (table of ``max_len`` rows).
     """
+
+    _rates = ("dropout", "attention_dropout")
+    _choices = {"positions": POSITION_KINDS}
 
     src_vocab_size: int = 32000
     tgt_vocab_size: int = 32000
@@ -63,19 +68,12 @@ class TransformerConfig:
     pre_norm: bool = True
     positions: str = "sinusoidal"
     max_len: int = 1024
-    pad_id: int = 1
-    policy: Policy = Policy()
 
-    def __post_init__(self):
-        if isinstance(self.policy, str):
-            object.__setattr__(self, "policy", Policy.parse(self.policy))
+    def _validate(self) -> None:
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}")
-        if self.positions not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
 
 
 class TransformerLayer(nn.Module):
@@ -256,19 +254,13 @@ class Transformer(nn.Module):
                            "layers": tuple(new_layers)}
 
 
-def _preset(name: str, **fields: Any) -> None:
-    @register_model(name, family="translation")
-    def build(**overrides: Any) -> Transformer:
-        return Transformer(TransformerConfig(**{**fields, **overrides}))
-
-    build.__doc__ = f"``{name}``: Transformer with {fields} (overridable)."
-
-
-_preset("transformer_base", d_model=512, num_heads=8, d_ff=2048,
-        num_encoder_layers=6, num_decoder_layers=6)
-_preset("transformer_big", d_model=1024, num_heads=16, d_ff=4096,
-        num_encoder_layers=6, num_decoder_layers=6, dropout=0.3)
-_preset("transformer_small", d_model=256, num_heads=4, d_ff=1024,
-        num_encoder_layers=3, num_decoder_layers=3)
-_preset("transformer_tiny", d_model=64, num_heads=4, d_ff=256,
-        num_encoder_layers=2, num_decoder_layers=2, max_len=256)
+register_preset("transformer_base", "translation", Transformer, TransformerConfig,
+                d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6)
+register_preset("transformer_big", "translation", Transformer, TransformerConfig,
+                d_model=1024, num_heads=16, d_ff=4096, num_encoder_layers=6,
+                num_decoder_layers=6, dropout=0.3)
+register_preset("transformer_small", "translation", Transformer, TransformerConfig,
+                d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3, num_decoder_layers=3)
+register_preset("transformer_tiny", "translation", Transformer, TransformerConfig,
+                d_model=64, num_heads=4, d_ff=256, num_encoder_layers=2, num_decoder_layers=2,
+                max_len=256)

@@ -23,17 +23,28 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import causal_mask
-from textkit.models.layers import Dense, Embed, LayerNorm, PositionEmbedding
-from textkit.models.registry import register_model
+from textkit.models.config import ModelConfig
+from textkit.models.layers import (
+    POSITION_KINDS,
+    Dense,
+    Dropout,
+    Embed,
+    LayerNorm,
+    PositionEmbedding,
+    log_softmax,
+)
+from textkit.models.registry import register_preset
 from textkit.models.transformer import TransformerLayer, layer_options
-from textkit.precision import Policy
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerLMConfig:
+class TransformerLMConfig(ModelConfig):
     """Hyper-parameters of ``TransformerLM`` (frozen, hashable); fields as ``TransformerConfig``."""
+
+    _rates = ("dropout", "attention_dropout")
+    _choices = {"positions": POSITION_KINDS}
 
     vocab_size: int = 32000
     tie_output: bool = True
@@ -46,15 +57,6 @@ class TransformerLMConfig:
     pre_norm: bool = True
     positions: str = "learned"
     max_len: int = 1024
-    pad_id: int = 1
-    policy: Policy = Policy()
-
-    def __post_init__(self):
-        if isinstance(self.policy, str):
-            object.__setattr__(self, "policy", Policy.parse(self.policy))
-        if self.positions not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
 
 
 class TransformerLM(nn.Module):
@@ -72,7 +74,7 @@ class TransformerLM(nn.Module):
             self.final_norm = LayerNorm(c.policy)
         if not c.tie_output:
             self.output = Dense(c.vocab_size, policy=c.policy, use_bias=False)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
 
     def _logits(self, x: Array) -> Array:
         if self.config.pre_norm:
@@ -110,18 +112,13 @@ class TransformerLM(nn.Module):
         for layer, layer_cache in zip(self.layers, cache["layers"]):
             x, layer_cache = layer(x, None, cache=layer_cache, positions=position)
             new_layers.append(layer_cache)
-        log_probs = jax.nn.log_softmax(self._logits(x)[:, 0], axis=-1)
+        log_probs = log_softmax(self._logits(x)[:, 0])
         return log_probs, {"position": position + 1, "layers": tuple(new_layers)}
 
 
-def _preset(name: str, **fields: Any) -> None:
-    @register_model(name, family="language_model")
-    def build(**overrides: Any) -> TransformerLM:
-        return TransformerLM(TransformerLMConfig(**{**fields, **overrides}))
-
-    build.__doc__ = f"``{name}``: decoder-only Transformer LM with {fields} (overridable)."
-
-
-_preset("transformer_lm_base", d_model=512, num_heads=8, d_ff=2048, num_layers=6)
-_preset("transformer_lm_small", d_model=256, num_heads=4, d_ff=1024, num_layers=4, max_len=512)
-_preset("transformer_lm_tiny", d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=256)
+register_preset("transformer_lm_base", "language_model", TransformerLM, TransformerLMConfig,
+                d_model=512, num_heads=8, d_ff=2048, num_layers=6)
+register_preset("transformer_lm_small", "language_model", TransformerLM, TransformerLMConfig,
+                d_model=256, num_heads=4, d_ff=1024, num_layers=4, max_len=512)
+register_preset("transformer_lm_tiny", "language_model", TransformerLM, TransformerLMConfig,
+                d_model=64, num_heads=4, d_ff=256, num_layers=2, max_len=256)
