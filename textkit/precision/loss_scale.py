@@ -149,21 +149,23 @@ def static_loss_scale(
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def _is_scale_state(node: Any) -> bool:
-    return isinstance(node, DynamicLossScaleState | StaticLossScaleState)
+def _is_loss_scale(path: tuple[Any, ...], value: Any) -> bool:
+    return getattr(path[-1], "tuple_name", None) in ("DynamicLossScaleState",
+                                                      "StaticLossScaleState")
 
 
 def loss_scale_of(opt_state: optax.OptState) -> jax.Array:
     """float32 []: the loss scale held anywhere in ``opt_state``; 1.0 when there is none.
 
-    Searches a (possibly chained or nested) optimizer state for a ``DynamicLossScaleState`` or
-    ``StaticLossScaleState``. Raises ``ValueError`` if more than one is found.
+    Finds the ``scale`` of a ``DynamicLossScaleState`` or ``StaticLossScaleState`` in a
+    (possibly chained or nested) optimizer state with ``optax.tree_utils``. Raises
+    ``ValueError`` if more than one is found.
     """
-    nodes = jax.tree_util.tree_leaves(opt_state, is_leaf=_is_scale_state)
-    found = [node for node in nodes if _is_scale_state(node)]
+    found = optax.tree_utils.tree_get_all_with_path(opt_state, "scale",
+                                                    filtering=_is_loss_scale)
     if not found:
         return jnp.ones([], jnp.float32)
     if len(found) > 1:
         raise ValueError(
             f"optimizer state holds {len(found)} loss-scale states; expected at most one")
-    return jnp.asarray(found[0].scale, jnp.float32)
+    return jnp.asarray(found[0][1], jnp.float32)

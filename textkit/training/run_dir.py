@@ -136,7 +136,8 @@ class RunDir:
 
         Keys: ``task``, ``config``, ``num_params``, ``steps``, ``epochs``, ``train_s``,
         ``compile_s``, ``tokens_per_s`` (counted tokens per second of training, compilation
-        included), ``num_compiles``, ``last_loss``, ``stopped_by``, ``history`` (one record
+        included), ``num_compiles``, ``last_loss``, ``stopped_by``, ``data_crc32`` (checksum of every batch fed,
+        in order), ``history`` (one record
         per evaluation), ``wall_s``, ``device``, ``num_devices``, ``num_processes``, ``jax``,
         then the task's ``results`` (e.g. ``test_bleu``, ``test_ppl``, ``accuracy_mean``).
         ``fit`` is the ``FitResult`` of ``textkit.training.fit`` (or None: no training).
@@ -152,6 +153,7 @@ class RunDir:
             "num_compiles": fit.num_compiles if fit is not None else 0,
             "last_loss": progress.last_loss if progress else None,
             "stopped_by": fit.stopped_by if fit is not None else None,
+            "data_crc32": progress.data_crc32 if progress else 0,
             "history": progress.history if progress else [],
             "wall_s": time.perf_counter() - self.started,
             "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
