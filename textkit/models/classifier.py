@@ -16,9 +16,9 @@ Embedding modes (Kim 2014):
 
 A frozen table lives in params under the name ``frozen_embedding`` (a tuned one under
 ``embedding``). The forward pass reads it through ``stop_gradient`` so its gradient is exactly
-zero, and ``make_optimizer(tx)`` (``optax.multi_transform`` with ``optax.set_to_zero`` on
+zero, and ``textkit.training.freeze(tx, trainable_mask)`` (zero updates and no state for the
 ``trainable_mask(params) == False`` leaves) keeps weight decay or any other update from moving
-it and keeps no optimizer state for it. Use ``init_classifier(model, rng, pretrained)`` to
+it. Use ``init_classifier(model, rng, pretrained)`` to
 initialize params with the matrix from ``TokenEmbedding.for_vocab``.
 """
 
@@ -31,7 +31,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from textkit.models.config import ModelConfig
 from textkit.models.layers import Dense, Dropout, mixed_einsum, uniform_init
@@ -48,7 +47,6 @@ __all__ = [
     "init_classifier",
     "load_pretrained",
     "trainable_mask",
-    "make_optimizer",
 ]
 
 EMBEDDING_MODES = ("rand", "static", "non-static", "multichannel")
@@ -77,7 +75,7 @@ class _ClassifierConfig(ModelConfig):
 class TextCNNConfig(_ClassifierConfig):
     """Kim (2014) CNN: filter windows ``windows`` with ``num_filters`` maps each, ReLU,
     max-over-time pooling, dropout, dense to ``num_classes``. Kim's l2 max-norm constraint on
-    the output weights is an optimizer link: ``textkit.training.classification.max_norm``."""
+    the output weights is an optimizer link: ``textkit.training.max_norm``."""
 
     windows: tuple[int, ...] = (3, 4, 5)
     num_filters: int = 100
@@ -283,15 +281,6 @@ def trainable_mask(params: Any) -> Any:
     (usable with ``optax.masked``)."""
     return jax.tree_util.tree_map_with_path(
         lambda path, _: not any(getattr(k, "key", None) == FROZEN for k in path), params)
-
-
-def make_optimizer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
-    """``tx`` on the trainable params; frozen embeddings get zero updates and no state."""
-
-    def labels(params):
-        return jax.tree.map(lambda t: "train" if t else "frozen", trainable_mask(params))
-
-    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
 
 
 # ----------------------------------------------------------------------------------- presets
