@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from textkit.batchify import BatchShape, Pad
 from textkit.data import DataLoader, FixedBucketSampler
 from textkit.data.tokenizers import SentencePieceTokenizer, WhitespaceTokenizer
+from textkit.tasks.translation import Seq2SeqBatchify
 from textkit.vocab import Vocab
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k-en-de" / "tok"
@@ -35,38 +35,22 @@ def read_lines(path: Path) -> list[str]:
 
 
 def numericalise(src_lines: list[str], tgt_lines: list[str]):
-    """Samples (src + eos, bos + tgt, tgt + eos) as lists of ids, and the (src, tgt) lengths."""
+    """Samples (src + eos, tgt) as lists of ids, and the (src, tgt) lengths as the sampler
+    sees them (bos/eos included: ``Seq2SeqBatchify`` adds bos and eos to the target)."""
     tokenizer = WhitespaceTokenizer()
     src_tokens, tgt_tokens = tokenizer.encode(src_lines), tokenizer.encode(tgt_lines)
     src_vocab, tgt_vocab = Vocab(src_tokens), Vocab(tgt_tokens)
     src_ids, tgt_ids = src_vocab.numericalize(src_tokens), tgt_vocab.numericalize(tgt_tokens)
-    eos, bos = [src_vocab.eos_id], [tgt_vocab.bos_id]
-    samples = [
-        (s.tolist() + eos, bos + t.tolist(), t.tolist() + eos) for s, t in zip(src_ids, tgt_ids)
-    ]
-    lengths = np.array([(len(s), len(t)) for s, t, _ in samples], dtype=np.int64)
-    return samples, lengths, src_vocab.pad_id
+    samples = [(s.tolist() + [src_vocab.eos_id], t.tolist()) for s, t in zip(src_ids, tgt_ids)]
+    lengths = np.array([(len(s), len(t) + 1) for s, t in samples], dtype=np.int64)
+    return samples, lengths, (src_vocab.pad_id, tgt_vocab.bos_id, tgt_vocab.eos_id)
 
 
-class TranslationBatchify:
-    """(src, tgt_input, tgt_output) samples -> the project's batch dict, padded to ``shape``."""
-
-    def __init__(self, pad_id: int):
-        self.src = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=0)
-        self.tgt = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=1)
-        self.tgt_out = Pad(pad_val=pad_id, dtype=np.int32, length_index=1)
-
-    def __call__(self, samples, shape: BatchShape) -> dict[str, np.ndarray]:
-        src_tokens, src_lengths = self.src([s[0] for s in samples], shape)
-        tgt_input, tgt_lengths = self.tgt([s[1] for s in samples], shape)
-        tgt_output = self.tgt_out([s[2] for s in samples], shape)
-        return dict(src_tokens=src_tokens, src_lengths=src_lengths, tgt_input=tgt_input,
-                    tgt_output=tgt_output, tgt_lengths=tgt_lengths)
-
-
-def loader_throughput(samples, lengths, pad_id, epochs: int, num_workers: int) -> float:
+def loader_throughput(samples, lengths, special_ids, epochs: int, num_workers: int) -> float:
+    """``special_ids``: (pad, bos, eos)."""
     sampler = FixedBucketSampler(lengths, 64, num_buckets=16, bucket_scheme="exp", shuffle=True)
-    loader = DataLoader(samples, sampler, TranslationBatchify(pad_id), num_workers=num_workers)
+    loader = DataLoader(samples, sampler, Seq2SeqBatchify(*special_ids),
+                        num_workers=num_workers)
     print(sampler.stats(), flush=True)
     tokens = 0
     start = time.perf_counter()
@@ -118,9 +102,9 @@ def main() -> None:
         src_lines, tgt_lines, epochs = src_lines[:5000], tgt_lines[:5000], 1
 
     start = time.perf_counter()
-    samples, lengths, pad_id = numericalise(src_lines, tgt_lines)
+    samples, lengths, special_ids = numericalise(src_lines, tgt_lines)
     print(f"numericalised {len(samples)} pairs in {time.perf_counter() - start:.2f}s", flush=True)
-    tokens_per_s = loader_throughput(samples, lengths, pad_id, epochs, args.num_workers)
+    tokens_per_s = loader_throughput(samples, lengths, special_ids, epochs, args.num_workers)
     vocab_size = 1000 if args.quick else args.spm_vocab_size
     spm_tokens_per_s = spm_throughput(src_lines + tgt_lines, vocab_size)
     print(f"tokens/s: loader {tokens_per_s:,.0f}, sentencepiece encode {spm_tokens_per_s:,.0f} "

@@ -107,19 +107,25 @@ def test_padding_keeps_the_state_of_the_last_real_token():
         np.testing.assert_allclose(c, c_ref, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["tied", "awd"])
-def test_dropout_and_weight_drop_only_when_not_deterministic(name):
+def _reference_and_runs(model, params, seed, *runs):
+    """Logits of ``model`` without rngs, then of each ``(model, deterministic)`` run, all on
+    ``_tokens()`` with one dropout key (jitted)."""
     tokens = _tokens()
-    model, params = _model_and_params(name)
 
     @jax.jit
     def run(rng):
-        rngs = {"dropout": rng}
-        return (model.apply({"params": params}, tokens)[0],
-                model.apply({"params": params}, tokens, deterministic=True, rngs=rngs)[0],
-                model.apply({"params": params}, tokens, deterministic=False, rngs=rngs)[0])
+        reference = model.apply({"params": params}, tokens)[0]
+        return reference, *(m.apply({"params": params}, tokens, deterministic=deterministic,
+                                    rngs={"dropout": rng})[0] for m, deterministic in runs)
 
-    reference, deterministic, training = run(jax.random.key(5))
+    return run(jax.random.key(seed))
+
+
+@pytest.mark.parametrize("name", ["tied", "awd"])
+def test_dropout_and_weight_drop_only_when_not_deterministic(name):
+    model, params = _model_and_params(name)
+    reference, deterministic, training = _reference_and_runs(
+        model, params, 5, (model, True), (model, False))
     np.testing.assert_array_equal(deterministic, reference)
     assert np.abs(np.asarray(training - reference)).max() > 1e-4
 
@@ -127,19 +133,11 @@ def test_dropout_and_weight_drop_only_when_not_deterministic(name):
 def test_awd_weight_drop_alone_changes_training_outputs():
     config = dataclasses.replace(CONFIGS["awd"], embedding_dropout=0.0, input_dropout=0.0,
                                  hidden_dropout=0.0, output_dropout=0.0)
-    tokens = _tokens()
     model = _model(config)
     params = _model_and_params("awd")[1]
     no_drop = _model(dataclasses.replace(config, weight_drop=0.0))
-
-    @jax.jit
-    def run(rng):
-        rngs = {"dropout": rng}
-        return (model.apply({"params": params}, tokens)[0],
-                no_drop.apply({"params": params}, tokens, deterministic=False, rngs=rngs)[0],
-                model.apply({"params": params}, tokens, deterministic=False, rngs=rngs)[0])
-
-    reference, without_weight_drop, with_weight_drop = run(jax.random.key(6))
+    reference, without_weight_drop, with_weight_drop = _reference_and_runs(
+        model, params, 6, (no_drop, False), (model, False))
     np.testing.assert_allclose(without_weight_drop, reference, atol=1e-6)
     assert np.abs(np.asarray(with_weight_drop - reference)).max() > 1e-4
 

@@ -45,6 +45,16 @@ class WhitespaceTokenizer:
         return "WhitespaceTokenizer()"
 
 
+def _special_id(name: str) -> property:
+    """A ``SentencePieceTokenizer`` property: the ``<name>`` piece's id, None if it has none."""
+
+    def get(self: SentencePieceTokenizer) -> int | None:
+        special = getattr(self._sp, f"{name}_id")()
+        return None if special < 0 else special
+
+    return property(get, doc=f"Id of the {name} piece, or None where the model has none.")
+
+
 def _model_path(model_prefix_or_path: str | os.PathLike) -> Path:
     path = Path(model_prefix_or_path)
     return path if path.suffix == ".model" else path.with_name(path.name + ".model")
@@ -168,25 +178,10 @@ class SentencePieceTokenizer:
             self._vocab = Vocab.from_sentencepiece(self._sp)
         return self._vocab
 
-    @staticmethod
-    def _optional(special_id: int) -> int | None:
-        return None if special_id < 0 else special_id
-
-    @property
-    def unk_id(self) -> int | None:
-        return self._optional(self._sp.unk_id())
-
-    @property
-    def pad_id(self) -> int | None:
-        return self._optional(self._sp.pad_id())
-
-    @property
-    def bos_id(self) -> int | None:
-        return self._optional(self._sp.bos_id())
-
-    @property
-    def eos_id(self) -> int | None:
-        return self._optional(self._sp.eos_id())
+    unk_id = _special_id("unk")
+    pad_id = _special_id("pad")
+    bos_id = _special_id("bos")
+    eos_id = _special_id("eos")
 
     def encode(self, text: str | Sequence[str], out_type: type = int, add_bos: bool = False,
                add_eos: bool = False, enable_sampling: bool = False, nbest_size: int = -1,

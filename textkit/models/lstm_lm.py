@@ -36,7 +36,13 @@ from textkit.models.rnn import LSTM, LSTMState, zero_state
 
 @dataclasses.dataclass(frozen=True)
 class _RecurrentLMConfig(ModelConfig):
-    """What both recurrent LM configs share: at least one layer."""
+    """The fields both recurrent LM configs share (defaults: ``LSTMLMConfig``'s)."""
+
+    vocab_size: int = 10000
+    embed_size: int = 200
+    hidden_size: int = 200
+    num_layers: int = 2
+    tie_weights: bool = True
 
     def _validate(self) -> None:
         if self.num_layers < 1:
@@ -50,12 +56,7 @@ class LSTMLMConfig(_RecurrentLMConfig):
 
     _rates = ("dropout",)
 
-    vocab_size: int = 10000
-    embed_size: int = 200
-    hidden_size: int = 200
-    num_layers: int = 2
     dropout: float = 0.2
-    tie_weights: bool = True
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -70,7 +71,6 @@ class AWDLSTMLMConfig(_RecurrentLMConfig):
     _rates = ("embedding_dropout", "input_dropout", "hidden_dropout", "output_dropout",
               "weight_drop")
 
-    vocab_size: int = 10000
     embed_size: int = 400
     hidden_size: int = 1150
     num_layers: int = 3
@@ -79,7 +79,6 @@ class AWDLSTMLMConfig(_RecurrentLMConfig):
     hidden_dropout: float = 0.2
     output_dropout: float = 0.4
     weight_drop: float = 0.5
-    tie_weights: bool = True
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -89,7 +88,29 @@ class AWDLSTMLMConfig(_RecurrentLMConfig):
 
 
 class _RecurrentLM(nn.Module):
-    """Shared state and decoding methods; subclasses define ``config`` and ``__call__``."""
+    """The recurrent LM; subclasses define ``config`` and the embedding (``_embed``), layer
+    (``_lstm``) and between-layer dropout (``_layer_dropout``) they use."""
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
+                 deterministic: bool = True) -> tuple[jax.Array, tuple[LSTMState, ...]]:
+        """``tokens`` int32 ``[B,T]`` -> (logits float32 ``[B,T,V]``, state after the window)."""
+        cfg = self.config
+        if state is None:
+            state = self.initial_state(tokens.shape[0])
+        mask = tokens != cfg.pad_id
+        embedding = self._embedding_table()
+        x = self._embed(embedding, tokens, deterministic)
+        new_state = []
+        for index, size in enumerate(cfg.layer_sizes):
+            x, layer_state = self._lstm(index, size)(x, state[index], mask,
+                                                     deterministic=deterministic)
+            x = self._layer_dropout(index)(x, deterministic=deterministic)
+            new_state.append(layer_state)
+        return self._output_logits(x, embedding), tuple(new_state)
+
+    def _lstm(self, index: int, size: int) -> LSTM:
+        return LSTM(size, self.config.policy, name=f"lstm_{index}")
 
     def initial_state(self, batch_size: int) -> tuple[LSTMState, ...]:
         """All-zero state: per layer float32 ``(h, c) [batch_size, H_l]``."""
@@ -130,24 +151,12 @@ class LSTMLM(_RecurrentLM):
 
     config: LSTMLMConfig
 
-    @nn.compact
-    def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
-                 deterministic: bool = True) -> tuple[jax.Array, tuple[LSTMState, ...]]:
-        """``tokens`` int32 ``[B,T]`` -> (logits float32 ``[B,T,V]``, state after the window)."""
-        cfg = self.config
-        if state is None:
-            state = self.initial_state(tokens.shape[0])
-        mask = tokens != cfg.pad_id
-        drop = Dropout(cfg.dropout)
-        embedding = self._embedding_table()
-        x = jnp.take(embedding, tokens, axis=0).astype(cfg.policy.compute_dtype)
-        x = drop(x, deterministic=deterministic)
-        new_state = []
-        for index, size in enumerate(cfg.layer_sizes):
-            x, layer_state = LSTM(size, cfg.policy, name=f"lstm_{index}")(x, state[index], mask)
-            x = drop(x, deterministic=deterministic)
-            new_state.append(layer_state)
-        return self._output_logits(x, embedding), tuple(new_state)
+    def _embed(self, embedding: jax.Array, tokens: jax.Array, deterministic: bool) -> jax.Array:
+        x = jnp.take(embedding, tokens, axis=0).astype(self.config.policy.compute_dtype)
+        return Dropout(self.config.dropout)(x, deterministic=deterministic)
+
+    def _layer_dropout(self, index: int) -> Dropout:
+        return Dropout(self.config.dropout)
 
 
 class AWDLSTMLM(_RecurrentLM):
@@ -166,27 +175,21 @@ class AWDLSTMLM(_RecurrentLM):
         scale = dropout(jnp.ones((embedding.shape[0],), x.dtype), rate, self.make_rng("dropout"))
         return x * jnp.take(scale, tokens, axis=0)[..., None]
 
-    @nn.compact
-    def __call__(self, tokens: jax.Array, state: tuple[LSTMState, ...] | None = None, *,
-                 deterministic: bool = True) -> tuple[jax.Array, tuple[LSTMState, ...]]:
-        """``tokens`` int32 ``[B,T]`` -> (logits float32 ``[B,T,V]``, state after the window)."""
-        cfg = self.config
-        if state is None:
-            state = self.initial_state(tokens.shape[0])
-        mask = tokens != cfg.pad_id
-        embedding = self._embedding_table()
+    def _embed(self, embedding: jax.Array, tokens: jax.Array, deterministic: bool) -> jax.Array:
+        """Dropped embedding, then locked dropout: one mask per sequence and feature, shared
+        over time (axis 1)."""
         x = self._dropped_embedding(embedding, tokens, deterministic)
-        # Locked dropout: one mask per sequence and feature, shared over time (axis 1).
-        x = Dropout(cfg.input_dropout, broadcast_dims=(1,))(x, deterministic=deterministic)
-        new_state = []
-        last = len(cfg.layer_sizes) - 1
-        for index, size in enumerate(cfg.layer_sizes):
-            layer = LSTM(size, cfg.policy, weight_drop=cfg.weight_drop, name=f"lstm_{index}")
-            x, layer_state = layer(x, state[index], mask, deterministic=deterministic)
-            rate = cfg.output_dropout if index == last else cfg.hidden_dropout
-            x = Dropout(rate, broadcast_dims=(1,))(x, deterministic=deterministic)
-            new_state.append(layer_state)
-        return self._output_logits(x, embedding), tuple(new_state)
+        return Dropout(self.config.input_dropout, broadcast_dims=(1,))(
+            x, deterministic=deterministic)
+
+    def _lstm(self, index: int, size: int) -> LSTM:
+        return LSTM(size, self.config.policy, weight_drop=self.config.weight_drop,
+                    name=f"lstm_{index}")
+
+    def _layer_dropout(self, index: int) -> Dropout:
+        cfg = self.config
+        last = index == len(cfg.layer_sizes) - 1
+        return Dropout(cfg.output_dropout if last else cfg.hidden_dropout, broadcast_dims=(1,))
 
 
 # Zaremba et al.'s small / medium / large sizes (GluonNLP's standard_lstm_lm_200/650/1500),

@@ -42,11 +42,10 @@ Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig(ModelConfig):
-    """Hyper-parameters of ``Transformer`` (frozen, hashable).
+class TransformerStackConfig(ModelConfig):
+    """Layer-stack fields shared by ``TransformerConfig`` and ``TransformerLMConfig``.
 
-    ``share_embeddings`` uses one table for source and target (needs equal vocab sizes);
-    ``tie_output`` computes logits with the target embedding instead of a separate kernel.
+    ``tie_output`` computes logits with the (target) embedding instead of a separate kernel.
     ``pre_norm`` puts layer norm before each sub-layer (plus a final norm) instead of after the
     residual add. ``positions`` is "sinusoidal" or "learned" (table of ``max_len`` rows).
     """
@@ -54,20 +53,29 @@ class TransformerConfig(ModelConfig):
     _rates = ("dropout", "attention_dropout")
     _choices = {"positions": POSITION_KINDS}
 
-    src_vocab_size: int = 32000
-    tgt_vocab_size: int = 32000
-    share_embeddings: bool = True
     tie_output: bool = True
     d_model: int = 512
     num_heads: int = 8
     d_ff: int = 2048
-    num_encoder_layers: int = 6
-    num_decoder_layers: int = 6
     dropout: float = 0.1
     attention_dropout: float = 0.0
     pre_norm: bool = True
     positions: str = "sinusoidal"
     max_len: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig(TransformerStackConfig):
+    """Hyper-parameters of ``Transformer`` (frozen, hashable): the stack fields plus the
+    vocabularies and layer counts. ``share_embeddings`` uses one table for source and target
+    (needs equal vocab sizes).
+    """
+
+    src_vocab_size: int = 32000
+    tgt_vocab_size: int = 32000
+    share_embeddings: bool = True
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
 
     def _validate(self) -> None:
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -145,7 +153,7 @@ class TransformerLayer(nn.Module):
         return self.self_attention.init_cache(batch_size, max_length)
 
 
-def layer_options(config: Any) -> dict[str, Any]:
+def layer_options(config: TransformerStackConfig) -> dict[str, Any]:
     """``TransformerLayer`` fields taken from a Transformer(LM) config."""
     return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout=config.dropout, attention_dropout=config.attention_dropout,

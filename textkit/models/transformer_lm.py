@@ -23,9 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import causal_mask
-from textkit.models.config import ModelConfig
 from textkit.models.layers import (
-    POSITION_KINDS,
     Dense,
     Dropout,
     Embed,
@@ -34,29 +32,19 @@ from textkit.models.layers import (
     log_softmax,
 )
 from textkit.models.registry import register_preset
-from textkit.models.transformer import TransformerLayer, layer_options
+from textkit.models.transformer import TransformerLayer, TransformerStackConfig, layer_options
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerLMConfig(ModelConfig):
-    """Hyper-parameters of ``TransformerLM`` (frozen, hashable); fields as ``TransformerConfig``."""
+class TransformerLMConfig(TransformerStackConfig):
+    """Hyper-parameters of ``TransformerLM`` (frozen, hashable): the stack fields (learned
+    positions by default), the vocabulary and the layer count."""
 
-    _rates = ("dropout", "attention_dropout")
-    _choices = {"positions": POSITION_KINDS}
-
-    vocab_size: int = 32000
-    tie_output: bool = True
-    d_model: int = 512
-    num_heads: int = 8
-    d_ff: int = 2048
-    num_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    pre_norm: bool = True
     positions: str = "learned"
-    max_len: int = 1024
+    vocab_size: int = 32000
+    num_layers: int = 6
 
 
 class TransformerLM(nn.Module):
