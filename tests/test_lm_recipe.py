@@ -1,7 +1,6 @@
 """Language-model recipe: state carried across BPTT windows, lr as optimizer state, end to end."""
 
 import collections
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -10,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import subprocesses
 
 from textkit.data import BPTTBatches, toy_lm_corpus
 from textkit.models import get_model
@@ -22,10 +22,7 @@ PAD, EOS, VOCAB = 1, 3, 40
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"lm_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return subprocesses.load_script(EXAMPLES / f"{name}.py", f"lm_{name}")
 
 
 @pytest.fixture(scope="module")

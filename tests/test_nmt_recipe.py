@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import subprocesses
 
 from textkit.batchify import BatchShape
 from textkit.data import toy_translation
@@ -31,10 +31,7 @@ FAST = ["--toy-sizes", TOY, "--spm-vocab-size", "200", "--batch-tokens", "512",
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"nmt_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return subprocesses.load_script(EXAMPLES / f"{name}.py", f"nmt_{name}")
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ that XLA_FLAGS and ``jax.distributed`` apply before jax starts; this session kee
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ import numpy as np
 import parallel_worker as worker
 import pytest
 from jax.sharding import PartitionSpec as P
+from subprocesses import cpu_env, free_port, log_tails, run_all
 
 from textkit import parallel
 from textkit.data import FixedBucketSampler
@@ -26,24 +25,6 @@ from textkit.training import CheckpointManager
 WORKER = Path(__file__).resolve().with_name("parallel_worker.py")
 TIMEOUT_S = 420  # generous: the suite may share 2 cores with other jobs
 TOLERANCE = 1e-5
-
-
-def _clean_env(devices: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _logs(paths: list[Path]) -> str:
-    return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in paths if p.exists())
 
 
 # ---------------------------------------------------------------- 8 devices vs 1 device
@@ -55,9 +36,9 @@ def eight_device_run(tmp_path_factory) -> dict[str, np.ndarray]:
     log = out.with_name("log.txt")
     with open(log, "w") as log_file:
         result = subprocess.run(
-            [sys.executable, str(WORKER), "devices", str(out)], env=_clean_env(8),
+            [sys.executable, str(WORKER), "devices", str(out)], env=cpu_env(8),
             stdout=log_file, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
-    assert result.returncode == 0, _logs([log])
+    assert result.returncode == 0, log_tails([log])
     with np.load(out) as arrays:
         return dict(arrays)
 
@@ -79,28 +60,11 @@ def test_eight_device_step_equals_single_device_step(eight_device_run, kind):
 
 
 def test_two_processes_equal_one_process(tmp_path):
-    port, num_processes = _free_port(), 2
+    port, num_processes = free_port(), 2
     logs = [tmp_path / f"process{i}.log" for i in range(num_processes)]
-    processes = []
-    try:
-        for process_id, log in enumerate(logs):
-            with open(log, "w") as log_file:
-                processes.append(subprocess.Popen(
-                    [sys.executable, str(WORKER), "process", str(tmp_path),
-                     "--coordinator", f"127.0.0.1:{port}",
-                     "--num-processes", str(num_processes), "--process-id", str(process_id)],
-                    env=_clean_env(2), stdout=log_file, stderr=subprocess.STDOUT))
-        for process in processes:
-            process.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"processes did not finish in {TIMEOUT_S} s\n{_logs(logs)}")
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    codes = [process.returncode for process in processes]
-    assert codes == [0] * num_processes, f"exit codes {codes}\n{_logs(logs)}"
+    run_all([([str(WORKER), "process", str(tmp_path), "--coordinator", f"127.0.0.1:{port}",
+               "--num-processes", str(num_processes), "--process-id", str(process_id)], 2, log)
+             for process_id, log in enumerate(logs)], TIMEOUT_S)
 
     # One process, one device, the same global batches (the shards concatenated in order).
     reference, history = worker.train("transformer", worker.global_batches("transformer", 2))

@@ -8,15 +8,12 @@ global batches (checked), so the final losses and parameters agree to 1e-5.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from subprocesses import free_port, run_all
 
 from textkit.tasks import translation
 from textkit.training import CheckpointManager, RunDir
@@ -48,57 +45,21 @@ LM = [str(ROOT / "examples" / "language_model" / "train.py"),
       "--decay-start", "1", "--lr-decay", "0.5", "--log-every", "50"]
 
 
-def _env(devices: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_layouts(command: list[str], root: Path) -> dict[str, Path]:
     """Run ``command`` as 1 process x 1 device, 1 x 2 devices and 2 x 1 device (127.0.0.1),
     all at once; returns each layout's save directory. Fails with the logs on an error."""
-    port = _free_port()
+    port = free_port()
     layouts = {
         "one_device": [([], 1)],
         "two_devices": [([], 2)],
         "two_processes": [(["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
                             "--process-id", str(i)], 1) for i in range(2)],
     }
-    processes, logs = [], []
-    try:
-        for name, members in layouts.items():
-            for index, (flags, devices) in enumerate(members):
-                log = root / f"{name}.{index}.log"
-                logs.append(log)
-                with open(log, "w") as log_file:
-                    processes.append(subprocess.Popen(
-                        [sys.executable, *command, "--save-dir", str(root / name), *flags],
-                        env=_env(devices), stdout=log_file, stderr=subprocess.STDOUT))
-        for process in processes:
-            process.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"runs did not finish in {TIMEOUT_S} s\n{_tails(logs)}")
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    codes = [process.returncode for process in processes]
-    assert codes == [0] * len(processes), f"exit codes {codes}\n{_tails(logs)}"
+    run_all([([*command, "--save-dir", str(root / name), *flags], devices,
+              root / f"{name}.{index}.log")
+             for name, members in layouts.items()
+             for index, (flags, devices) in enumerate(members)], TIMEOUT_S)
     return {name: root / name for name in layouts}
-
-
-def _tails(logs: list[Path]) -> str:
-    return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in logs if p.exists())
 
 
 def _flat(tree, prefix="") -> dict[str, np.ndarray]:

@@ -1,13 +1,13 @@
 """Sentiment recipe: fixed-shape classification batches, dummy rows invisible to loss and
 accuracy, the k-fold driver, and end-to-end runs of examples/sentiment/train.py."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+import subprocesses
 
 from textkit.batchify import BatchShape
 from textkit.models.classifier import TextCNN, TextCNNConfig, init_classifier
@@ -27,10 +27,7 @@ PAD = 1
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("sentiment_train", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return subprocesses.load_script(SCRIPT, "sentiment_train")
 
 
 def _samples(n, seed=0, vocab=30, max_len=11):

@@ -25,6 +25,7 @@ step (the sharded samplers guarantee both), and the same calls to collective hel
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from collections.abc import Sequence
@@ -127,6 +128,21 @@ def initialize(
         initialization_timeout=timeout_s,
     )
     return jax.process_count() > 1
+
+
+# command-line launch settings: how a run is started, not part of its configuration
+LAUNCH_ARGS = ("coordinator", "num_processes", "process_id")
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--coordinator``, ``--num-processes`` and ``--process-id`` (see ``initialize``)."""
+    parser.add_argument("--coordinator", default=None,
+                        help="host:port of process 0 for a multi-process run "
+                             "(or TEXTKIT_COORDINATOR)")
+    parser.add_argument("--num-processes", type=int, default=None,
+                        help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
+    parser.add_argument("--process-id", type=int, default=None,
+                        help="this process's index (or TEXTKIT_PROCESS_ID)")
 
 
 def is_main_process() -> bool:

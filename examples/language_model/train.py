@@ -45,7 +45,7 @@ from textkit.tasks import language_model as lm
 from textkit.training import RunDir, create_train_state, fit
 from textkit.training.optim import learning_rate_of, with_learning_rate
 
-LAUNCH_KEYS = ("resume", "coordinator", "num_processes", "process_id")
+LAUNCH_KEYS = ("resume", *parallel.LAUNCH_ARGS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,12 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="continue from the latest checkpoint in --save-dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20, help="steps between progress updates")
-    p.add_argument("--coordinator", default=None,
-                   help="host:port of process 0 for a multi-process run (or TEXTKIT_COORDINATOR)")
-    p.add_argument("--num-processes", type=int, default=None,
-                   help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=int, default=None,
-                   help="this process's index (or TEXTKIT_PROCESS_ID)")
+    parallel.add_launch_arguments(p)
     args = p.parse_args(argv)
     return argparse.Namespace(**{**vars(args), "eval_bptt": args.eval_bptt or args.bptt})
 

@@ -40,7 +40,7 @@ RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
                "spm_model_type", "joint_spm", "max_length", "model", "model_overrides",
                "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "seed")
 # launch settings: not part of the run's configuration
-LAUNCH_KEYS = ("resume", "coordinator", "num_processes", "process_id")
+LAUNCH_KEYS = ("resume", *parallel.LAUNCH_ARGS)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -92,12 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-interval", type=int, default=20)
-    p.add_argument("--coordinator", default=None,
-                   help="host:port of process 0 for a multi-process run (or TEXTKIT_COORDINATOR)")
-    p.add_argument("--num-processes", type=int, default=None,
-                   help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=int, default=None,
-                   help="this process's index (or TEXTKIT_PROCESS_ID)")
+    parallel.add_launch_arguments(p)
     args = p.parse_args(argv)
     (default_src, default_tgt), _ = translation.DATASETS[args.dataset]
     return argparse.Namespace(**{
