@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from textkit.batchify import Seq2SeqBatchify
 from textkit.data import DataLoader, FixedBucketSampler
 from textkit.data.tokenizers import SentencePieceTokenizer, WhitespaceTokenizer
-from textkit.tasks.translation import Seq2SeqBatchify
 from textkit.vocab import Vocab
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k-en-de" / "tok"

@@ -12,9 +12,9 @@ import time
 
 from tqdm import tqdm
 
+from textkit.batchify import Seq2SeqBatchify
 from textkit.data import DataLoader, FixedBucketSampler, toy_translation
 from textkit.data.tokenizers import WhitespaceTokenizer
-from textkit.tasks.translation import Seq2SeqBatchify
 from textkit.vocab import Vocab
 
 

@@ -8,5 +8,7 @@ from textkit.batchify.containers import Dict, List, NamedTuple, Tuple
 from textkit.batchify.pad import Pad
 from textkit.batchify.shape import BatchShape
 from textkit.batchify.stack import Stack
+from textkit.batchify.tasks import ClassificationBatchify, Seq2SeqBatchify
 
-__all__ = ["BatchShape", "Dict", "List", "NamedTuple", "Pad", "Stack", "Tuple"]
+__all__ = ["BatchShape", "ClassificationBatchify", "Dict", "List", "NamedTuple", "Pad",
+           "Seq2SeqBatchify", "Stack", "Tuple"]

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from textkit.batchify import Pad, Stack
-from textkit.batchify.shape import BatchShape
+from textkit.batchify import ClassificationBatchify
+from textkit.batchify.tasks import Sample
 from textkit.data import (
     DataLoader,
     FixedBucketSampler,
@@ -76,27 +76,6 @@ def load_segments(dataset: str, data_dir: str | None = None, *, toy_sentences: i
         data = get_dataset(dataset, name, root=data_dir)
         out[segment] = (data.texts, data.labels)
     return out
-
-
-Sample = tuple[np.ndarray, int]  # (token ids int32 [n], label)
-
-
-class ClassificationBatchify:
-    """``(ids, label)`` samples -> ``{"tokens", "lengths", "labels", "weights"}`` (see module
-    docstring); with a ``BatchShape`` the batch has exactly its rows and length."""
-
-    def __init__(self, pad_id: int):
-        self.pad_id = int(pad_id)
-        self._pad = Pad(pad_val=self.pad_id, ret_length=True, dtype=np.int32)
-        self._labels = Stack(np.int32)
-        self._weights = Stack(np.float32)
-
-    def __call__(self, samples: Sequence[Sample], shape: BatchShape | None = None
-                 ) -> dict[str, np.ndarray]:
-        tokens, lengths = self._pad([ids for ids, _ in samples], shape)
-        return {"tokens": tokens, "lengths": lengths.astype(np.int32),
-                "labels": self._labels([label for _, label in samples], shape),
-                "weights": self._weights(np.ones(len(samples), np.float32), shape)}
 
 
 def bucket_keys(lengths: np.ndarray, num_buckets: int) -> list[int]:

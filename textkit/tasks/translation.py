@@ -26,7 +26,8 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
-from textkit.batchify import BatchShape, Pad
+from textkit.batchify import Seq2SeqBatchify
+from textkit.batchify.tasks import IdPair
 from textkit.data import (
     DataLoader,
     FixedBucketSampler,
@@ -122,34 +123,7 @@ def tokenizers(run: RunDir, joint: bool, train_pairs: Sequence[tuple[str, str]] 
     return load_or_train()
 
 
-IdPair = tuple[Sequence[int], Sequence[int]]
-
-
 # ------------------------------------------------------------------------------------ batches
-class Seq2SeqBatchify:
-    """``(src_ids, tgt_ids)`` samples -> the textkit seq2seq batch, padded to ``shape``.
-
-    ``shape.lengths`` is ``(source length, target length)``; the target side holds
-    ``tgt_input`` = bos + target and ``tgt_output`` = target + eos (``len(tgt_ids) + 1`` each).
-    Returns ``src_tokens`` int32 [B, S], ``src_lengths`` int32 [B], ``tgt_input`` /
-    ``tgt_output`` int32 [B, T], ``tgt_lengths`` int32 [B]; dummy rows are padding, length 0.
-    """
-
-    def __init__(self, pad_id: int, bos_id: int, eos_id: int):
-        self.bos, self.eos = [int(bos_id)], [int(eos_id)]
-        self.src = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=0)
-        self.tgt = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=1)
-        self.tgt_out = Pad(pad_val=pad_id, dtype=np.int32, length_index=1)
-
-    def __call__(self, samples: Sequence[IdPair],
-                 shape: BatchShape | None = None) -> dict[str, np.ndarray]:
-        src_tokens, src_lengths = self.src([list(s) for s, _ in samples], shape)
-        tgt_input, tgt_lengths = self.tgt([self.bos + list(t) for _, t in samples], shape)
-        tgt_output = self.tgt_out([list(t) + self.eos for _, t in samples], shape)
-        return {"src_tokens": src_tokens, "src_lengths": src_lengths, "tgt_input": tgt_input,
-                "tgt_output": tgt_output, "tgt_lengths": tgt_lengths}
-
-
 def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Any, tgt_tokenizer: Any,
                  max_length: int | None = None) -> list[tuple[list[int], list[int]]]:
     """Token ids of every ``(source, target)`` text pair (batched SentencePiece encoding).

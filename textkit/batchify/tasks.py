@@ -1,0 +1,64 @@
+"""Batchify callables for the task batch layouts: seq2seq pairs and labelled sentences.
+
+``Seq2SeqBatchify``: ``(source ids, target ids)`` -> ``src_tokens``, ``src_lengths``,
+``tgt_input`` (bos + target), ``tgt_output`` (target + eos), ``tgt_lengths``.
+``ClassificationBatchify``: ``(ids, label)`` -> ``tokens``, ``lengths``, ``labels``, ``weights``
+(0 for the dummy rows that keep a bucket's batch size fixed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from textkit.batchify.pad import Pad
+from textkit.batchify.shape import BatchShape
+from textkit.batchify.stack import Stack
+
+__all__ = ["ClassificationBatchify", "Seq2SeqBatchify"]
+
+IdPair = tuple[Sequence[int], Sequence[int]]
+Sample = tuple[np.ndarray, int]  # (token ids int32 [n], label)
+
+
+class Seq2SeqBatchify:
+    """``(src_ids, tgt_ids)`` samples -> the textkit seq2seq batch, padded to ``shape``.
+
+    ``shape.lengths`` is ``(source length, target length)``; the target side holds
+    ``tgt_input`` = bos + target and ``tgt_output`` = target + eos (``len(tgt_ids) + 1`` each).
+    Returns ``src_tokens`` int32 [B, S], ``src_lengths`` int32 [B], ``tgt_input`` /
+    ``tgt_output`` int32 [B, T], ``tgt_lengths`` int32 [B]; dummy rows are padding, length 0.
+    """
+
+    def __init__(self, pad_id: int, bos_id: int, eos_id: int):
+        self.bos, self.eos = [int(bos_id)], [int(eos_id)]
+        self.src = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=0)
+        self.tgt = Pad(pad_val=pad_id, dtype=np.int32, ret_length=True, length_index=1)
+        self.tgt_out = Pad(pad_val=pad_id, dtype=np.int32, length_index=1)
+
+    def __call__(self, samples: Sequence[IdPair],
+                 shape: BatchShape | None = None) -> dict[str, np.ndarray]:
+        src_tokens, src_lengths = self.src([list(s) for s, _ in samples], shape)
+        tgt_input, tgt_lengths = self.tgt([self.bos + list(t) for _, t in samples], shape)
+        tgt_output = self.tgt_out([list(t) + self.eos for _, t in samples], shape)
+        return {"src_tokens": src_tokens, "src_lengths": src_lengths, "tgt_input": tgt_input,
+                "tgt_output": tgt_output, "tgt_lengths": tgt_lengths}
+
+
+class ClassificationBatchify:
+    """``(ids, label)`` samples -> ``{"tokens", "lengths", "labels", "weights"}`` (see module
+    docstring); with a ``BatchShape`` the batch has exactly its rows and length."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = int(pad_id)
+        self._pad = Pad(pad_val=self.pad_id, ret_length=True, dtype=np.int32)
+        self._labels = Stack(np.int32)
+        self._weights = Stack(np.float32)
+
+    def __call__(self, samples: Sequence[Sample], shape: BatchShape | None = None
+                 ) -> dict[str, np.ndarray]:
+        tokens, lengths = self._pad([ids for ids, _ in samples], shape)
+        return {"tokens": tokens, "lengths": lengths.astype(np.int32),
+                "labels": self._labels([label for _, label in samples], shape),
+                "weights": self._weights(np.ones(len(samples), np.float32), shape)}
