@@ -68,15 +68,18 @@ def test_fit_trains_by_epochs_and_counts_compiles():
 def test_fit_stops_on_a_non_finite_loss_naming_the_step():
     state, step = start()
     loader = make_loader(bad_sample=9)   # unshuffled: sample 9 is in the third batch
-    with pytest.raises(FloatingPointError, match="at step 3"):
+    with pytest.raises(FloatingPointError, match="at step 3: loss nan.*no checkpoint"):
         fit(state, step, loader, max_steps=10, log_every=5)
 
 
 def test_a_loss_scaling_skip_is_not_an_error():
     state, step = start(dynamic_loss_scale(optax.sgd(0.05)))
     loader = make_loader(bad_sample=9, value=np.inf)
-    result = fit(state, step, loader, max_steps=12, log_every=4)
+    messages = []
+    result = fit(state, step, loader, max_steps=12, log_every=4, log=messages.append)
     assert result.progress.step == 12 and np.isfinite(result.progress.last_loss)
+    assert result.progress.skipped_total == 1
+    assert any("skipped 1 step(s)" in m and "[3]" in m for m in messages)
     assert np.all(np.isfinite(np.asarray(result.state.params["w"])))
 
 

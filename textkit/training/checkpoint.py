@@ -7,19 +7,30 @@ complete, so a step interrupted mid-write is never listed or restored.
 
 Retention: the ``max_to_keep`` most recent steps are kept; with ``best_metric`` the best step by
 ``metrics[best_metric]`` is kept as well (``best_mode`` "max" or "min").
+
+Trust: once a step is written, process 0 records the SHA-256 of every file in it
+(``textkit_checksums.json`` inside the step directory); ``restore`` verifies them first and
+names the damaged file. ``restore("latest")`` falls back to the newest intact step, reporting
+each damaged one by path; a step Orbax refuses to save (at or below a step on disk) is an error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+from textkit._io import write_json_atomic as _write_json
 
 
 def _json_default(value: Any) -> Any:
@@ -36,6 +47,49 @@ def _to_json_tree(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps(dict(value), default=_json_default))
     except TypeError as error:
         raise TypeError(f"checkpoint {name} must be JSON serialisable: {error}") from None
+
+
+CHECKSUMS = "textkit_checksums.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be saved or trusted: a refused save, a damaged or missing file."""
+
+
+def _file_digests(step_dir: Path) -> dict[str, str]:
+    """``{relative path: sha256 hex}`` of every file under ``step_dir`` but the checksum file."""
+    digests = {}
+    for path in sorted(step_dir.rglob("*")):
+        if path.is_file() and path.name != CHECKSUMS:
+            sha = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(block)
+            digests[path.relative_to(step_dir).as_posix()] = sha.hexdigest()
+    return digests
+
+
+def verify_step(step_dir: str | os.PathLike) -> None:
+    """Raise ``CheckpointError`` naming the first file of ``step_dir`` that is missing or whose
+    SHA-256 differs from the one recorded at save time (a step saved without checksums passes
+    with a warning)."""
+    step_dir = Path(step_dir)
+    record = step_dir / CHECKSUMS
+    if not record.is_file():
+        warnings.warn(f"{step_dir} has no {CHECKSUMS}: restored without verification",
+                      stacklevel=2)
+        return
+    try:
+        expected = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{record} is unreadable ({error}): the step is damaged") from None
+    actual = _file_digests(step_dir)
+    for name, digest in expected.items():
+        if name not in actual:
+            raise CheckpointError(f"checkpoint file {step_dir / name} is missing")
+        if actual[name] != digest:
+            raise CheckpointError(f"checkpoint file {step_dir / name} is damaged: sha256 "
+                                  f"{actual[name]}, saved as {digest}")
 
 
 class CheckpointManager:
@@ -92,12 +146,25 @@ class CheckpointManager:
             raise ValueError(
                 f"step {step}: metrics {sorted(metrics)} lack best_metric {self.best_metric!r}")
         extra = _to_json_tree("extra", {**(extra or {}), "metrics": metrics})
-        self._manager.save(
+        saved = self._manager.save(
             int(step),
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
             metrics=metrics or None,
         )
+        if not saved:
+            raise CheckpointError(
+                f"Orbax refused to save step {step} in {self.directory} (steps on disk: "
+                f"{self.all_steps()}): a step at or below one already saved; use another "
+                "directory or resume the run that wrote them")
+        self._manager.wait_until_finished()
+        if jax.process_index() == 0:
+            step_dir = self.step_dir(int(step))
+            _write_json(step_dir / CHECKSUMS, _file_digests(step_dir))
+
+    def step_dir(self, step: int) -> Path:
+        """The directory of ``step``."""
+        return Path(self.directory) / str(int(step))
 
     def restore(
         self, step: int | str | None = None, target: Any = None
@@ -105,15 +172,50 @@ class CheckpointManager:
         """Restore ``(state, extra)`` of ``step``: an int, ``"latest"``/None, or ``"best"``.
 
         ``target`` is a pytree of the saved structure (e.g. a freshly created ``TrainState``, or
-        ``jax.eval_shape`` of one); its leaves' shapes, dtypes and shardings are used.
+        ``jax.eval_shape`` of one); its leaves' shapes, dtypes and shardings are used. The step's
+        files are verified first (``CheckpointError`` naming a damaged file); ``"latest"``
+        falls back to the newest intact step, warning about each damaged one.
         """
         self.wait_until_finished()
         resolved = self._resolve(step)
-        restored = self._manager.restore(
-            resolved,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(target), extra=ocp.args.JsonRestore()),
-        )
+        candidates = [resolved]
+        if step is None or step == "latest":
+            candidates += [s for s in reversed(self.all_steps()) if s < resolved]
+        errors = []
+        for candidate in candidates:
+            try:
+                restored = self._restore_step(candidate, target)
+            except CheckpointError as error:
+                if len(candidates) == 1:
+                    raise
+                errors.append(str(error))
+                warnings.warn(f"{error}; trying an earlier step", stacklevel=2)
+                continue
+            self._set_aside([c for c in candidates if c > candidate])
+            return restored
+        raise CheckpointError(f"no intact checkpoint in {self.directory}: " + "; ".join(errors))
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Rename damaged steps to ``<step>.damaged`` (kept for inspection, no longer listed),
+        so that the resumed run can save those step numbers again."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            for step in steps:
+                self.step_dir(step).rename(self.step_dir(step).with_name(f"{step}.damaged"))
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("textkit damaged checkpoints set aside")
+        self._manager.reload()
+
+    def _restore_step(self, step: int, target: Any) -> tuple[Any, dict[str, Any]]:
+        verify_step(self.step_dir(step))
+        try:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(target), extra=ocp.args.JsonRestore()))
+        except Exception as error:  # Orbax raises many types for a damaged step
+            raise CheckpointError(f"cannot restore step {step} from {self.step_dir(step)}: "
+                                  f"{type(error).__name__}: {error}") from error
         return restored.state, dict(restored.extra)
 
     def _resolve(self, step: int | str | None) -> int:

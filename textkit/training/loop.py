@@ -48,6 +48,7 @@ class Progress:
     data_crc32: int = 0        # running checksum of every batch fed, in order
     last_loss: float | None = None
     skipped_steps: int = 0     # consecutive non-finite (loss-scale skip) steps
+    skipped_total: int = 0     # every loss-scale skip
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
@@ -124,30 +125,43 @@ class _Loop:
         self.progress.train_s += time.perf_counter() - self.segment_start
 
     def read_window(self) -> float:
-        """Fetch the losses and token counts since the last read; stop on a non-finite loss
-        (a loss-scaling skip is tolerated); return the window's token count."""
+        """Fetch the losses and token counts since the last read; stop on a non-finite loss or
+        gradient (a loss-scaling skip is counted and logged instead, unless too many come in a
+        row); return the window's token count."""
         if not self.window:
             return 0.0
-        steps, losses, scales, tokens = zip(*((s, m["loss"], m.get("loss_scale", 1.0), t)
-                                              for s, m, t in self.window))
-        losses, scales, tokens = (np.asarray(jax.device_get(x), np.float64)
-                                  for x in (losses, scales, tokens))
+        steps = [step for step, _, _ in self.window]
+        losses, norms, scales, tokens = (np.asarray(jax.device_get(x), np.float64) for x in zip(
+            *((m["loss"], m.get("grad_norm", 0.0), m.get("loss_scale", 1.0), t)
+              for _, m, t in self.window)))
         self.window.clear()
-        for step, loss, scale in zip(steps, losses, scales):
-            if math.isfinite(loss):
+        skipped = []
+        for step, loss, norm, scale in zip(steps, losses, norms, scales):
+            if math.isfinite(loss) and math.isfinite(norm):
                 self.progress.skipped_steps = 0
                 continue
             self.progress.skipped_steps += 1
             if scale == 1.0 or self.progress.skipped_steps > _MAX_SKIPPED_STEPS:
-                raise FloatingPointError(
-                    f"training loss is {loss} at step {step}: stopping (lower the learning "
-                    "rate, check the inputs, or use another precision); the last checkpoint "
-                    "is intact" + ("" if scale == 1.0 else
-                                   f" ({self.progress.skipped_steps} loss-scale skips in a row)"))
+                raise FloatingPointError(self.non_finite_message(step, loss, norm, scale))
+            skipped.append(step)
+        if skipped:
+            self.progress.skipped_total += len(skipped)
+            self.log(f"loss scaling skipped {len(skipped)} step(s) with non-finite gradients "
+                     f"({skipped}; {self.progress.skipped_total} in all)")
         self.progress.last_loss = float(losses[-1])
         total = float(tokens.sum())
         self.progress.tokens += total
         return total
+
+    def non_finite_message(self, step: int, loss: float, norm: float, scale: float) -> str:
+        latest = self.checkpoints.latest_step() if self.checkpoints is not None else None
+        saved = ("no checkpoint was saved" if latest is None else
+                 f"the last good checkpoint is step {latest} in {self.checkpoints.directory}")
+        skips = ("" if scale == 1.0 else
+                 f" after {self.progress.skipped_steps} loss-scale skips in a row")
+        return (f"training stopped at step {step}: loss {loss}, gradient norm {norm}{skips} "
+                f"(lower the learning rate, check the inputs, or use another precision); "
+                f"{saved}")
 
 
 def fit(
