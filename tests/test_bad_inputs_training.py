@@ -3,12 +3,16 @@ reused save directories, empty or over-long splits in the recipes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax.numpy as jnp
-import numpy as np
 import pytest
+import subprocesses
 
 from textkit.training import CheckpointManager
 from textkit.training.checkpoint import CHECKSUMS, CheckpointError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def save_steps(directory, steps=(1, 2, 3)):
@@ -66,3 +70,59 @@ def test_a_refused_save_is_an_error(tmp_path):
     with pytest.raises(CheckpointError, match="refused to save step 3"):
         manager.save(3, {"w": jnp.zeros((64,))})
     manager.close()
+
+
+# ------------------------------------------------------------------------------ the recipes
+NMT_FAST = ["--spm-vocab-size", "200", "--batch-tokens", "512", "--batch-rows-multiple", "1",
+            "--num-buckets", "2", "--eval-interval", "0", "--beam-size", "1",
+            "--decode-batch-size", "16", "--warmup-steps", "2", "--max-steps", "2",
+            "--model-overrides", "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1"]
+
+
+def nmt_script():
+    return subprocesses.load_script(ROOT / "examples" / "nmt" / "train.py", "nmt_bad_inputs")
+
+
+def test_nmt_recipe_refuses_an_empty_split_before_any_training(tmp_path):
+    with pytest.raises(ValueError, match="toy valid split is empty"):
+        nmt_script().main([*NMT_FAST, "--toy-sizes", "200,0,8", "--save-dir", str(tmp_path)])
+    assert not (tmp_path / "spm.model").exists()          # refused before SentencePiece
+
+
+def test_lm_recipe_refuses_a_reused_save_dir_without_resume(tmp_path):
+    lm = subprocesses.load_script(ROOT / "examples" / "language_model" / "train.py", "lm_bad")
+    args = ["--model", "lstm_lm_tiny", "--toy-sentences", "200", "--epochs", "1",
+            "--data-dir", str(tmp_path / "data"), "--save-dir", str(tmp_path / "run")]
+    first = lm.main(args)
+    summary = (tmp_path / "run" / "summary.json").read_text()
+    with pytest.raises(SystemExit, match="--resume"):
+        lm.main(args)
+    with pytest.raises(SystemExit, match="different"):
+        lm.main([*args, "--seed", "1"])
+    assert (tmp_path / "run" / "summary.json").read_text() == summary   # the first run's
+    assert first["test_ppl"] > 0
+
+
+def test_lm_corpora_refuse_an_empty_split(tmp_path, monkeypatch):
+    from textkit.tasks import language_model
+
+    def write_with_empty_valid(folder, seed, sizes):
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {s: folder / f"{s}.txt" for s in ("train", "valid", "test")}
+        for segment, path in paths.items():
+            path.write_text("" if segment == "valid" else "a b c\n", encoding="utf-8")
+        return paths
+
+    monkeypatch.setattr(language_model, "write_toy_lm_corpus", write_with_empty_valid)
+    with pytest.raises(ValueError, match="valid.txt: no samples"):
+        language_model.load_corpora("toy", str(tmp_path), log=lambda message: None)
+
+
+def test_sentiment_recipe_refuses_to_overwrite_a_finished_run(tmp_path):
+    script = subprocesses.load_script(ROOT / "examples" / "sentiment" / "train.py", "sent_bad")
+    args = ["--toy-sentences", "200", "--epochs", "1", "--embed-dim", "8", "--num-filters", "4",
+            "--optimizer", "adam", "--save-dir", str(tmp_path), "--no-progress"]
+    script.main(args)
+    with pytest.raises(SystemExit, match="--overwrite"):
+        script.main(args)
+    script.main([*args, "--overwrite"])

@@ -90,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also report test accuracy after every epoch (diagnostics only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-dir", default="runs/sentiment")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in --save-dir (it keeps no checkpoints)")
     p.add_argument("--no-progress", action="store_true", help="hide the tqdm bars")
     args = p.parse_args(argv)
     pretrained = args.embedding_path or args.embedding_source
@@ -124,7 +126,7 @@ def encode(args: argparse.Namespace, segments: dict[str, Any]) -> tuple[Vocab, d
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     run = RunDir(args.save_dir)
-    run.open(vars(args), resume=False, check=())   # no checkpoints: a rerun starts over
+    run.open(vars(args), resume=args.overwrite, check=(), reuse_flag="--overwrite")
     segments = classification.load_segments(args.dataset, args.data_dir, seed=args.seed,
                                             toy_sentences=args.toy_sentences)
     vocab, samples = encode(args, segments)
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             state, train_step, classification.make_loader(
                 train, vocab.pad_id, args.batch_size, keys, shuffle=True, seed=args.seed + fold),
             epochs=args.epochs, eval_each_epoch=args.eval_every_epoch, log=run.log,
+            show_progress=not args.no_progress,
             evaluate=lambda state: {f"test_{k}": v for k, v in classification.evaluate(
                 eval_step, state.params, test_loader).items()}, desc=f"fold {fold}"))
         final = fits[-1].progress.history[-1]

@@ -74,6 +74,8 @@ def load_segments(dataset: str, data_dir: str | None = None, *, toy_sentences: i
     out = {}
     for segment, name in _SEGMENTS[dataset].items():
         data = get_dataset(dataset, name, root=data_dir)
+        if len(data.texts) == 0:
+            raise ValueError(f"the {dataset} {name} split in {data_dir} holds no sentence")
         out[segment] = (data.texts, data.labels)
     return out
 

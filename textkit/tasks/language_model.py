@@ -74,7 +74,8 @@ def load_corpora(dataset: str, data_dir: str | None = None, *, toy_sentences: in
                  seed: int = 0, log: Callable[[str], None] = print,
                  ) -> dict[str, LanguageModelCorpus]:
     """``{"train", "valid", "test"}`` corpora; every line ends with ``<eos>``. ``toy`` writes a
-    generated corpus to ``data_dir`` (default: a new temporary folder)."""
+    generated corpus to ``data_dir`` (default: a new temporary folder). An empty file is an
+    error naming it (``LanguageModelCorpus``)."""
     if dataset == "toy":
         sizes = {"train": toy_sentences, "valid": max(toy_sentences // 10, 1),
                  "test": max(toy_sentences // 10, 1)}

@@ -77,9 +77,18 @@ def load_pairs(dataset: str, split: int, *, data_dir: str | None = None,
     """(source, target) text pairs of ``split`` 0 (train), 1 (valid) or 2 (test)."""
     (default_src, default_tgt), segments = DATASETS[dataset]
     if dataset == "toy":
-        return toy_translation(segments[split], num_sentences=int(toy_sizes[split]), seed=seed)
-    return list(get_dataset(dataset, segments[split], root=data_dir,
-                            src_lang=src_lang or default_src, tgt_lang=tgt_lang or default_tgt))
+        pairs = toy_translation(segments[split], num_sentences=int(toy_sizes[split]), seed=seed)
+        files = "the generated toy corpus (--toy-sizes)"
+    else:
+        data = get_dataset(dataset, segments[split], root=data_dir,
+                           src_lang=src_lang or default_src, tgt_lang=tgt_lang or default_tgt)
+        pairs = list(data)
+        files = " and ".join(str(getattr(data, a)) for a in ("src_path", "tgt_path")
+                             if hasattr(data, a)) or f"{data_dir}"
+    if not pairs:
+        raise ValueError(f"the {dataset} {segments[split]} split is empty: {files} hold no "
+                         "sentence pair with two non-empty sides")
+    return pairs
 
 
 def spm_path(run: RunDir, side: str, joint: bool) -> Path:

@@ -186,6 +186,7 @@ def fit(
     learning_rate: Callable[[Any], float] | None = None,
     log: Callable[[str], None] | None = None,
     desc: str = "train",
+    show_progress: bool = True,
 ) -> FitResult:
     """Train ``state`` with ``train_step`` over ``loader`` until ``max_steps`` steps or
     ``epochs`` epochs (give one), the time budget, or a non-finite loss (``FloatingPointError``).
@@ -204,7 +205,7 @@ def fit(
     entries to ``record``. With ``resume`` the latest
     checkpoint is restored and passed through ``place`` (device placement).
     ``time_budget_min`` counts training time only; the budget is checked every ``log_every``
-    steps.
+    steps. ``show_progress`` False hides the bar (process 0 shows it otherwise).
     """
     if (max_steps is None) == (epochs is None):
         raise ValueError("give exactly one of max_steps and epochs")
@@ -216,7 +217,8 @@ def fit(
     if resume and checkpoints is not None and checkpoints.latest_step() is not None:
         state = place(_restore(loop, state))
     bar = tqdm(total=loop.total_steps, initial=min(loop.progress.step, loop.total_steps),
-               unit="step", desc=desc, disable=not main, dynamic_ncols=True)
+               unit="step", desc=desc, disable=not (main and show_progress),
+               dynamic_ncols=True)
     try:
         while not loop.done:
             state = _run_epoch(loop, state, bar)

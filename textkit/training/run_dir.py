@@ -64,12 +64,13 @@ class RunDir:
         return self.root / "final"
 
     def open(self, config: Mapping[str, Any], *, resume: bool,
-             check: Iterable[str] | None = None) -> None:
+             check: Iterable[str] | None = None, reuse_flag: str = "--resume") -> None:
         """Check ``root`` can hold this run, then write ``config.json`` once (process 0).
 
         Refuses (``SystemExit``) a directory whose ``config.json`` differs from ``config`` in
         a key of ``check`` (default: every key; settings such as a step limit or a time budget
-        may change on resume), and one that has checkpoints when ``resume`` is False.
+        may change on resume), and, unless ``resume``, one that holds checkpoints or a
+        finished run's ``summary.json`` (the message names ``reuse_flag``).
         """
         config = json.loads(json.dumps(dict(config)))  # as it reads back from disk
         if self.config_path.is_file():
@@ -81,9 +82,11 @@ class RunDir:
                                  f"({[old.get(k) for k in changed]} there, "
                                  f"{[config.get(k) for k in changed]} now); use another "
                                  "--save-dir")
-        if not resume and self.checkpoints.is_dir() and any(self.checkpoints.iterdir()):
-            raise SystemExit(f"{self.checkpoints} already has checkpoints: pass --resume to "
-                             "continue that run, or use another --save-dir")
+        used = ((self.checkpoints.is_dir() and any(self.checkpoints.iterdir()))
+                or self.summary_path.is_file())
+        if used and not resume:
+            raise SystemExit(f"{self.root} already holds a run (checkpoints or summary.json): "
+                             f"pass {reuse_flag} to reuse it, or use another --save-dir")
         if self.main_process:
             self.root.mkdir(parents=True, exist_ok=True)
             if not (resume and self.config_path.is_file()):  # a resumed run keeps its own
