@@ -25,6 +25,12 @@ from textkit.data.registry import (
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def private_cache(monkeypatch, tmp_path):
+    """Downloads go to a cache inside the test's folder."""
+    monkeypatch.setenv("TEXTKIT_HOME", str(tmp_path / "home"))
+
+
 def shared(folder: str) -> Path:
     path = DATA / folder
     if not path.exists():
@@ -150,8 +156,8 @@ def test_simulated_download_verifies_checksum(tmp_path):
     local = dataclasses.replace(info, name="ptb_file_url", sources=tuple(
         dataclasses.replace(s, urls=(remote[s.filename],)) for s in info.sources))
     register_dataset(local, overwrite=True)
-    root = tmp_path / "cache"
-    assert get_dataset("ptb_file_url", "val", root=root, progress=False).num_tokens == 73760
+    root = tmp_path / "home" / "datasets" / "ptb"
+    assert get_dataset("ptb_file_url", "val", progress=False).num_tokens == 73760
     assert sorted(p.name for p in root.iterdir()) == ["ptb.valid.txt"]
 
     corrupt = tmp_path / "corrupt.txt"
@@ -160,7 +166,7 @@ def test_simulated_download_verifies_checksum(tmp_path):
         dataclasses.replace(s, urls=(corrupt.as_uri(),)) for s in local.sources))
     register_dataset(bad, overwrite=True)
     with pytest.raises(ChecksumError) as err:
-        get_dataset("ptb_bad", "test", root=root, progress=False)
+        get_dataset("ptb_bad", "test", progress=False)
     assert "8b80168b89c18661a38ef683c0dc3721" in str(err.value)
     assert corrupt.as_uri() in str(err.value)
     assert sorted(p.name for p in root.iterdir()) == ["ptb.valid.txt"]  # nothing left
@@ -180,13 +186,13 @@ def test_simulated_archive_download_and_extraction(tmp_path):
                         members=("train.txt",)),),
         build=lambda root, files, **kw: LanguageModelCorpus(files["text"], **kw)),
         overwrite=True)
-    root = tmp_path / "cache"
-    corpus = get_dataset("toy_archive", root=root, progress=False)
+    root = tmp_path / "home" / "datasets" / "toy"
+    corpus = get_dataset("toy_archive", progress=False)
     assert list(corpus) == [["a", "b", "<eos>"], ["c", "<eos>"]]
     assert sorted(p.name for p in root.iterdir()) == ["corpus.zip", "train.txt"]
     archive.unlink()  # cached: no second download
     (root / "train.txt").unlink()  # but re-extract from the cached, verified archive
-    assert len(get_dataset("toy_archive", root=root, progress=False)) == 2
+    assert len(get_dataset("toy_archive", progress=False)) == 2
 
 
 def test_default_root_uses_textkit_home(tmp_path, monkeypatch):

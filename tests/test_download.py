@@ -59,12 +59,16 @@ def test_download_checksum_mismatch_deletes_and_names_everything(source, tmp_pat
     assert list(dest.parent.iterdir()) == []  # neither the file nor a temp file is left
 
 
-def test_download_keeps_valid_existing_file_and_replaces_corrupt_one(source, tmp_path):
+def test_download_keeps_valid_existing_file_and_never_touches_a_corrupt_one(source, tmp_path):
     dest = tmp_path / "blob.bin"
     sha = hashlib.sha256(PAYLOAD).hexdigest()
     dest.write_bytes(b"corrupt")
     assert not verify_file(dest, sha256=sha)
-    download(source.as_uri(), dest, sha256=sha, progress=False)
+    with pytest.raises(ChecksumError, match="checksum mismatch") as info:
+        download(source.as_uri(), dest, sha256=sha, progress=False)
+    assert str(dest) in str(info.value) and sha in str(info.value)
+    assert dest.read_bytes() == b"corrupt"  # a file that was there is never modified
+    download(source.as_uri(), dest, sha256=sha, progress=False, overwrite=True)
     assert dest.read_bytes() == PAYLOAD
     source.unlink()  # a valid cached file needs no network
     assert download(source.as_uri(), dest, sha256=sha, progress=False) == dest

@@ -177,7 +177,7 @@ def test_many_blocks_and_gzip(tmp_path):
 
 
 def test_truncated_word2vec_binary(tmp_path):
-    row = b"w " + np.arange(3, dtype="<f4").tobytes() + b"\n"
+    row = b"wwww " + np.arange(3, dtype="<f4").tobytes() + b"\n"
     path = _write(tmp_path, b"3 3\n" + row * 2 + row[:7], name="v.bin")
     with pytest.raises(EmbeddingFormatError, match=r"row 3 .*file ends"):
         TokenEmbedding.from_file(path, format="word2vec_bin")

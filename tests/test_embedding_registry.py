@@ -21,9 +21,10 @@ GLOVE_TEXT = b"the 0.5 -1.25 3\nof 1 2 3\nand -0.5 0 1e-2\n"
 
 
 @pytest.fixture(autouse=True)
-def isolated_registry(monkeypatch):
-    """Sources a test registers disappear after it."""
+def isolated_registry(monkeypatch, tmp_path):
+    """Sources a test registers disappear after it; downloads go to a private cache."""
     monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    monkeypatch.setenv("TEXTKIT_HOME", str(tmp_path / "home"))
 
 
 def test_known_sources_and_urls():
@@ -66,13 +67,16 @@ def test_create_downloads_extracts_verifies_and_caches(tmp_path, zipped_glove):
         member="tiny.50d.txt", url_sha1=hashlib.sha1(zipped_glove.read_bytes()).hexdigest(),
         file_sha1=hashlib.sha1(GLOVE_TEXT).hexdigest()))
     root = tmp_path / "root"
+    root.mkdir()
     emb = create("glove", "tiny.50d", root=root, progress=False)
     assert emb.idx_to_token == ["the", "of", "and"]
     np.testing.assert_array_equal(emb["the"], np.float32([0.5, -1.25, 3]))
-    assert (root / "tiny.50d.txt").is_file() and not (root / "other.txt").exists()
-    assert (root / "tiny.50d.cache" / "vectors.npy").is_file()
+    assert list(root.iterdir()) == []  # downloads go to the cache, never into a user's root
+    home = tmp_path / "home" / "embeddings" / "glove"
+    assert (home / "tiny.50d.txt").is_file() and not (home / "other.txt").exists()
+    assert (home / "tiny.50d.cache" / "vectors.npy").is_file()
     zipped_glove.unlink()  # a second create needs neither the network nor the text
-    (root / "tiny.50d.txt").unlink()
+    (home / "tiny.50d.txt").unlink()
     again = create("glove", "tiny.50d", root=root)
     assert isinstance(again.idx_to_vec, np.memmap)
     np.testing.assert_array_equal(again.idx_to_vec, emb.idx_to_vec)
@@ -100,6 +104,7 @@ def test_bad_checksum_leaves_nothing(tmp_path, zipped_glove):
     with pytest.raises(ChecksumError):
         create("glove", "tiny-bad", root=root, progress=False)
     assert not any(p.is_file() for p in root.rglob("*"))
+    assert not any(p.is_file() for p in (tmp_path / "home").rglob("*"))
 
 
 def test_offline_error_names_file_and_folder(tmp_path):

@@ -67,8 +67,10 @@ def test_fixed_bucket_epoch_covers_each_sample_once(shuffle, scheme, unit, last_
         # only the partial tail of each bucket is dropped
         assert NUM_SAMPLES - len(seen) < int((sampler.bucket_batch_sizes).sum())
 
-    keys = sampler.bucket_keys
-    assert (keys % 8 == 0).all(), "padded lengths are rounded up to a multiple of 8"
+    keys = sampler.bucket_keys  # membership (GluonNLP's keys); shapes are rounded up
+    padded = np.array([s.lengths for s in sampler.bucket_shapes])
+    assert (padded % 8 == 0).all(), "padded lengths are rounded up to a multiple of 8"
+    assert (padded >= keys).all() and (padded - keys < 8).all()
     for batch in batches:
         assert batch.indices.dtype == np.int64
         assert 0 < len(batch) <= batch.shape.rows

@@ -51,6 +51,9 @@ class Dict:
 
     def __init__(self, fns: Mapping[str, BatchifyFn]):
         self.fns = dict(fns)
+        for key, fn in self.fns.items():
+            if not callable(fn):
+                raise TypeError(f"batchify function for field {key!r} is not callable: {fn!r}")
 
     def __call__(self, samples: Sequence[Mapping[str, Any]],
                  shape: BatchShape | None = None) -> dict:
@@ -69,7 +72,9 @@ class NamedTuple:
 
     def __init__(self, container_type: type,
                  fns: Mapping[str, BatchifyFn] | Sequence[BatchifyFn]):
-        fields = container_type._fields
+        fields = getattr(container_type, "_fields", None)
+        if not isinstance(container_type, type) or fields is None:
+            raise TypeError(f"container_type must be a NamedTuple class, got {container_type!r}")
         if isinstance(fns, Mapping):
             if set(fns) != set(fields):
                 raise ValueError(f"functions are given for {sorted(fns)}, but "
@@ -80,6 +85,10 @@ class NamedTuple:
                 raise ValueError(f"{len(fns)} functions given for {len(fields)} fields of "
                                  f"{container_type.__name__}")
             self.fns = tuple(fns)
+        for name, fn in zip(fields, self.fns):
+            if not callable(fn):
+                raise TypeError(f"batchify function for field {name!r} of "
+                                f"{container_type.__name__} is not callable: {fn!r}")
         self.container_type = container_type
 
     def __call__(self, samples: Sequence[Any], shape: BatchShape | None = None):

@@ -1,7 +1,9 @@
 """File-backed datasets: text lines, parallel text, LM corpora, TSV and labelled text.
 
 Every dataset is an in-memory ``Sequence`` (``len`` and ``[i]``), read in one pass with numpy-free
-string operations. Bad input raises an error naming the file and the 1-based line.
+string operations. Bad input raises an error naming the file and the 1-based line; a file that
+gives no samples (empty, or only blank lines) raises ``ValueError`` naming it unless
+``allow_empty=True``, so an empty split is caught when it is loaded, not at the first step.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def read_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
     return lines
 
 
+def _check_samples(count: int, path: Path, allow_empty: bool, what: str = "lines") -> None:
+    if count == 0 and not allow_empty:
+        raise ValueError(f"{path}: no samples (the file holds no non-empty {what}); check the "
+                         "path or the split, or pass allow_empty=True")
+
+
 class _ListDataset(Sequence):
     _items: list
 
@@ -65,35 +73,45 @@ class _ListDataset(Sequence):
 class TextLineDataset(_ListDataset):
     """One sample per line of a text file: ``str``.
 
-    ``strip`` removes surrounding whitespace; ``skip_empty`` drops lines empty after that.
+    ``strip`` removes surrounding whitespace; ``skip_empty`` drops lines empty after that. No
+    samples at all is a ``ValueError`` naming the file unless ``allow_empty``.
     """
 
     def __init__(self, path: str | os.PathLike, encoding: str = "utf-8", strip: bool = True,
-                 skip_empty: bool = True):
+                 skip_empty: bool = True, allow_empty: bool = False):
         self.path = Path(path)
         lines = read_lines(self.path, encoding)
         if strip:
             lines = [line.strip() for line in lines]
         self._items = [line for line in lines if line] if skip_empty else lines
+        _check_samples(sum(map(bool, self._items)), self.path, allow_empty)
 
 
 class ParallelTextDataset(_ListDataset):
     """Line-aligned source/target files; samples are ``(src_line, tgt_line)``.
 
     Files with different line counts raise ``ValueError`` naming both paths and counts.
-    ``skip_empty`` drops pairs where either side is empty (after ``strip``).
+    ``skip_empty`` drops pairs where either side is empty (after ``strip``). A side without
+    any non-empty line, or no pair left, is a ``ValueError`` naming the file(s) unless
+    ``allow_empty``.
     """
 
     def __init__(self, src_path: str | os.PathLike, tgt_path: str | os.PathLike,
-                 encoding: str = "utf-8", strip: bool = True, skip_empty: bool = True):
+                 encoding: str = "utf-8", strip: bool = True, skip_empty: bool = True,
+                 allow_empty: bool = False):
         self.src_path, self.tgt_path = Path(src_path), Path(tgt_path)
-        src = TextLineDataset(src_path, encoding, strip=strip, skip_empty=False)
-        tgt = TextLineDataset(tgt_path, encoding, strip=strip, skip_empty=False)
+        src = TextLineDataset(src_path, encoding, strip=strip, skip_empty=False,
+                              allow_empty=allow_empty)
+        tgt = TextLineDataset(tgt_path, encoding, strip=strip, skip_empty=False,
+                              allow_empty=allow_empty)
         if len(src) != len(tgt):
             raise ValueError(f"parallel files differ in length: {self.src_path} has {len(src)} "
                              f"lines, {self.tgt_path} has {len(tgt)} lines")
         pairs = zip(src._items, tgt._items)
         self._items = [(s, t) for s, t in pairs if s and t] if skip_empty else list(pairs)
+        if not self._items and not allow_empty:
+            raise ValueError(f"{self.src_path} and {self.tgt_path}: no pair of non-empty lines; "
+                             "check the paths or the split, or pass allow_empty=True")
 
     @property
     def src(self) -> list[str]:
@@ -110,21 +128,26 @@ class LanguageModelCorpus(_ListDataset):
     Each line is tokenized (default: whitespace), wrapped in ``bos``/``eos`` when given (``eos``
     defaults to ``"<eos>"``), and ``skip_empty`` drops blank lines (WikiText's official counts
     keep them: one ``<eos>`` per line). ``tokens`` is the flattened stream; ``token_ids(vocab)``
-    numericalizes it to one int32 array ``[N]``.
+    numericalizes it to one int32 array ``[N]``. A file without any token is a ``ValueError``
+    naming it unless ``allow_empty``.
     """
 
     def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike],
                  encoding: str = "utf-8", tokenizer: Callable[[str], list[str]] = str.split,
-                 bos: str | None = None, eos: str | None = "<eos>", skip_empty: bool = True):
+                 bos: str | None = None, eos: str | None = "<eos>", skip_empty: bool = True,
+                 allow_empty: bool = False):
         paths = [path] if isinstance(path, str | os.PathLike) else list(path)
         self.paths = [Path(p) for p in paths]
         head, tail = [bos] if bos else [], [eos] if eos else []
         self._items = []
         for p in self.paths:
+            found = 0
             for line in read_lines(p, encoding):
                 tokens = tokenizer(line)
+                found += len(tokens)
                 if tokens or not skip_empty:
                     self._items.append(head + tokens + tail)
+            _check_samples(found, p, allow_empty, "line with a token")
 
     @property
     def tokens(self) -> list[str]:
@@ -147,12 +170,14 @@ class TSVDataset(_ListDataset):
 
     ``num_discard_samples`` skips header lines; ``field_indices`` picks and orders columns.
     A row with a different number of fields than the first raises ``ValueError`` naming the
-    file and line. No quoting is interpreted (GLUE-style TSV).
+    file and line. No quoting is interpreted (GLUE-style TSV). No rows is a ``ValueError``
+    naming the file unless ``allow_empty``.
     """
 
     def __init__(self, path: str | os.PathLike, encoding: str = "utf-8",
                  field_separator: str = "\t", num_discard_samples: int = 0,
-                 field_indices: Sequence[int] | None = None, skip_empty: bool = True):
+                 field_indices: Sequence[int] | None = None, skip_empty: bool = True,
+                 allow_empty: bool = False):
         self.path = Path(path)
         lines = read_lines(self.path, encoding)
         rows, width = [], None
@@ -172,6 +197,7 @@ class TSVDataset(_ListDataset):
                                      f"{list(field_indices)} out of range for {width} "
                                      "fields") from None
             rows.append(tuple(fields))
+        _check_samples(len(rows), self.path, allow_empty, "rows after the header")
         self._items = rows
 
 

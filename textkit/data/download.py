@@ -7,16 +7,19 @@ so an interrupted or corrupt download never leaves a half-written file under the
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
 import shutil
+import stat
 import tarfile
 import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterable, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import IO, Any
 
 from tqdm.auto import tqdm
 
@@ -25,6 +28,8 @@ from textkit._io import atomic_path, scratch_dir
 __all__ = [
     "ChecksumError",
     "OfflineError",
+    "UnsafeArchiveError",
+    "check_existing",
     "download",
     "extract_archive",
     "fetch",
@@ -39,7 +44,13 @@ _HASHES = ("sha256", "sha1", "md5")
 
 
 class ChecksumError(ValueError):
-    """A file's checksum differs from the expected one (the bad file was deleted)."""
+    """A file's checksum differs from the expected one; the message names the file (or url),
+    both digests and what to do. A file that was already there is never modified or deleted."""
+
+
+class UnsafeArchiveError(ValueError):
+    """An archive member with an absolute name, a ``..`` part, or a link or device; the message
+    names the archive and the member. Nothing is extracted."""
 
 
 class OfflineError(OSError):
@@ -91,19 +102,39 @@ def verify_file(path: str | os.PathLike, *, sha256: str | None = None, sha1: str
     return expected is None or file_hash(path, expected[0]) == expected[1]
 
 
+def check_existing(path: str | os.PathLike, checksum: tuple[str, str] | None) -> bool:
+    """True if ``path`` is a file matching ``checksum`` ((algorithm, hexdigest) or None),
+    False if it is absent. A mismatch raises ``ChecksumError`` with both digests; the file is
+    left exactly as it is."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if checksum is None:
+        return True
+    algorithm, expected = checksum[0], checksum[1].lower()
+    actual = file_hash(path, algorithm)
+    if actual != expected:
+        raise ChecksumError(
+            f"{path}: checksum mismatch: expected {algorithm} {expected}, got {actual}. The "
+            "file was left unchanged; delete it to download it again, or pass the root that "
+            "holds the right file.")
+    return True
+
+
 def download(url: str, path: str | os.PathLike, *, sha256: str | None = None,
              sha1: str | None = None, md5: str | None = None, progress: bool = True,
              overwrite: bool = False) -> Path:
     """Download ``url`` (http(s)://, ftp:// or file://) to ``path`` and verify its checksum.
 
     An existing ``path`` that matches the checksum (or any existing file when no checksum is
-    given) is kept unless ``overwrite``. Raises ``ChecksumError`` naming the url, the expected and
-    the actual digest when the download does not match (nothing is left behind), and
-    ``OfflineError`` naming the file and folder when the url cannot be read.
+    given) is kept; one that does not match raises ``ChecksumError`` and is left unchanged,
+    unless ``overwrite``. A download that does not match raises ``ChecksumError`` naming the
+    url and both digests (nothing is left behind); an unreadable url raises ``OfflineError``
+    naming the file and folder.
     """
     path = Path(path)
     expected = _expected_hash(sha256, sha1, md5)
-    if not overwrite and verify_file(path, sha256=sha256, sha1=sha1, md5=md5):
+    if not overwrite and check_existing(path, expected):
         return path
     digest = hashlib.new(expected[0] if expected else "sha256")
     with atomic_path(path, suffix=".part") as tmp, open(tmp, "wb") as out:
@@ -129,20 +160,32 @@ def download(url: str, path: str | os.PathLike, *, sha256: str | None = None,
 
 def fetch(urls: Sequence[str], path: str | os.PathLike, *,
           checksum: tuple[str, str] | None = None, progress: bool = True) -> Path:
-    """``download`` from the first of ``urls`` (a canonical url, then mirrors) that answers.
+    """``download`` from the first of ``urls`` (a canonical url, then mirrors) that answers
+    with a matching file.
 
     ``checksum`` is ``(algorithm, hexdigest)`` or None. A ``path`` that is already there and
-    matches is kept. Raises ``OfflineError`` naming ``path``, its folder and every url when
-    none answers, ``ChecksumError`` when a download does not match.
+    matches is kept; one that does not match raises ``ChecksumError`` and is left unchanged.
+    A mirror that is unreachable or gives a mismatching file is skipped. When none succeeds:
+    ``ChecksumError`` if some mirror gave a mismatching file, else ``OfflineError`` naming
+    ``path``, its folder and every url.
     """
     path = Path(path)
+    if check_existing(path, checksum):
+        return path
     hashes = {} if checksum is None else {checksum[0]: checksum[1]}
-    errors = []
+    errors: list[str] = []
+    mismatched = False
     for url in urls:
         try:
             return download(url, path, progress=progress, **hashes)
         except OfflineError as err:
-            errors.append(err.reason)
+            errors.append(f"{url}: {err.reason}")
+        except ChecksumError as err:
+            mismatched = True
+            errors.append(str(err))
+    if mismatched:
+        raise ChecksumError(f"no url gave a file matching the checksum for {path}: "
+                            + "; ".join(errors))
     raise OfflineError([path], path.parent, urls, reason="; ".join(errors))
 
 
@@ -167,54 +210,119 @@ def _archive_kind(archive: Path) -> str:
                      "(expected .zip, .tar[.gz|.bz2|.xz], .tgz or .gz)")
 
 
+def _member_path(archive: Path, name: str) -> PurePosixPath | None:
+    """The member's path relative to the destination (None for ``.`` or ``""``).
+
+    Absolute names (``/x``, ``C:\\x``, ``\\x``) and names with a ``..`` part raise
+    ``UnsafeArchiveError`` naming the archive and the member.
+    """
+    posix = name.replace("\\", "/")
+    if posix.startswith("/") or PureWindowsPath(name).drive:
+        raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute name and would be "
+                                 "extracted outside the destination; refusing the archive")
+    parts = [part for part in posix.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"{archive}: member {name!r} contains '..' and would be "
+                                 "extracted outside the destination; refusing the archive")
+    return PurePosixPath(*parts) if parts else None
+
+
+def _tar_members(archive: Path, tf: tarfile.TarFile) -> list[tuple[PurePosixPath, Any]]:
+    """``(relative path, TarInfo)`` of the regular files; refuses links, devices and FIFOs."""
+    files = []
+    for member in tf.getmembers():
+        rel = _member_path(archive, member.name)
+        if member.issym() or member.islnk():
+            kind = "a symbolic link" if member.issym() else "a hard link"
+            raise UnsafeArchiveError(f"{archive}: member {member.name!r} is {kind} (to "
+                                     f"{member.linkname!r}); refusing the archive")
+        if member.isdev():
+            raise UnsafeArchiveError(f"{archive}: member {member.name!r} is a device or FIFO; "
+                                     "refusing the archive")
+        if member.isfile() and rel is not None:
+            files.append((rel, member))
+    return files
+
+
+def _zip_members(archive: Path, zf: zipfile.ZipFile) -> list[tuple[PurePosixPath, Any]]:
+    """``(relative path, ZipInfo)`` of the regular files; refuses links and devices."""
+    files = []
+    for info in zf.infolist():
+        rel = _member_path(archive, info.filename)
+        mode = info.external_attr >> 16
+        if stat.S_ISLNK(mode):
+            raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symbolic link; "
+                                     "refusing the archive")
+        if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+            raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a device or "
+                                     "FIFO; refusing the archive")
+        if not info.is_dir() and rel is not None:
+            files.append((rel, info))
+    return files
+
+
+def _copy_into(staging: Path, rel: str, source: IO[bytes] | None) -> None:
+    target = staging / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as out:
+        if source is not None:
+            with source:
+                shutil.copyfileobj(source, out, _CHUNK)
+
+
 def extract_archive(archive: str | os.PathLike, dest: str | os.PathLike,
                     members: Iterable[str] | None = None, flatten: bool = False) -> list[Path]:
     """Extract a .zip, .tar(.gz/.bz2/.xz)/.tgz or single-file .gz archive into ``dest``.
 
     ``members`` limits extraction to those archive paths (with ``flatten``: to those base
     names, wherever they sit in the archive). ``flatten`` writes every file directly into
-    ``dest``. Files are first extracted into a temporary folder inside ``dest`` and then renamed
-    into place, so a failure leaves no partial files. Paths that would escape ``dest`` are
-    refused. Returns the extracted file paths.
+    ``dest``. Every member is checked first: an absolute name, a ``..`` part, a (sym or hard)
+    link or a device raises ``UnsafeArchiveError`` naming the archive and the member, and
+    nothing is extracted. Files are written into a temporary folder inside ``dest`` and then
+    renamed into place, so a failure leaves no partial files and nothing outside ``dest`` is
+    ever written, moved or deleted. Returns the extracted file paths.
     """
     archive, dest = Path(archive), Path(dest)
     kind = _archive_kind(archive)
-    dest.mkdir(parents=True, exist_ok=True)
     wanted = None if members is None else set(members)
 
-    def selected(name: str) -> bool:
-        return wanted is None or (PurePosixPath(name).name if flatten else name) in wanted
+    def output(rel: PurePosixPath) -> str:
+        return rel.name if flatten else rel.as_posix()
 
-    with scratch_dir(dest, ".extract-") as staging:
+    with contextlib.ExitStack() as stack:
         if kind == "gz":
-            names = [archive.name[: -len(".gz")]]
-            with gzip.open(archive, "rb") as src, open(staging / names[0], "wb") as out:
-                shutil.copyfileobj(src, out, _CHUNK)
+            opened = stack.enter_context(gzip.open(archive, "rb"))
+            files = [(PurePosixPath(archive.name[: -len(".gz")]), None)]
         elif kind == "zip":
-            with zipfile.ZipFile(archive) as zf:
-                names = [n for n in zf.namelist() if not n.endswith("/") and selected(n)]
-                for name in names:
-                    _check_inside(staging, name, archive)
-                    zf.extract(name, staging)
+            zf = stack.enter_context(zipfile.ZipFile(archive))
+            files = _zip_members(archive, zf)
         else:
-            with tarfile.open(archive) as tf:
-                infos = [m for m in tf.getmembers() if m.isfile() and selected(m.name)]
-                tf.extractall(staging, members=infos, filter="data")
-                names = [m.name for m in infos]
-        outputs = [PurePosixPath(n).name if flatten else n for n in names]
-        if len(set(outputs)) != len(outputs):
+            tf = stack.enter_context(tarfile.open(archive))
+            files = _tar_members(archive, tf)
+        files = [(rel, info) for rel, info in files if wanted is None or output(rel) in wanted]
+        outputs = [output(rel) for rel, _ in files]
+        if flatten and len(set(outputs)) != len(outputs):
             raise ValueError(f"{archive}: several members share a file name, cannot flatten")
         if wanted is not None and (missing := wanted - set(outputs)):
             raise FileNotFoundError(f"{archive}: no member(s) {sorted(missing)}")
-        extracted = []
-        for name, output in zip(names, outputs):
-            target = dest / output
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / name, target)
-            extracted.append(target)
-        return extracted
+        with scratch_dir(dest, ".extract-") as staging:
+            for (_, info), out_name in zip(files, outputs):
+                source = (opened if kind == "gz" else zf.open(info) if kind == "zip"
+                          else tf.extractfile(info))
+                _copy_into(staging, out_name, source)
+            return _move_into(dest, staging, list(dict.fromkeys(outputs)), archive)
 
 
-def _check_inside(root: Path, name: str, archive: Path) -> None:
-    if not (root / name).resolve().is_relative_to(root.resolve()):
-        raise ValueError(f"{archive}: member {name!r} would be extracted outside {root}")
+def _move_into(dest: Path, staging: Path, names: list[str], archive: Path) -> list[Path]:
+    """Rename ``staging/<name>`` to ``dest/<name>``, refusing any target outside ``dest``."""
+    root = dest.resolve()
+    extracted = []
+    for name in names:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.resolve().is_relative_to(root):
+            raise UnsafeArchiveError(f"{archive}: member {name!r} would be extracted outside "
+                                     f"{dest} (through a linked folder); refusing it")
+        os.replace(staging / name, target)
+        extracted.append(target)
+    return extracted

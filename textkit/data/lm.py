@@ -34,6 +34,8 @@ class BPTTBatches:
             raise ValueError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
         if last_batch not in ("keep", "discard"):
             raise ValueError(f"last_batch must be 'keep' or 'discard', got {last_batch!r}")
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer):
+            raise TypeError(f"pad_id must be an int (the id of <pad>), got {pad_id!r}")
         row_len = len(token_ids) // batch_size
         if row_len < 2:
             raise ValueError(f"{len(token_ids)} tokens are too few for batch_size {batch_size} "

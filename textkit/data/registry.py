@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from textkit.data.download import OfflineError, fetch, fetch_archive, textkit_home, verify_file
+from textkit.data.download import (
+    OfflineError,
+    check_existing,
+    extract_archive,
+    fetch,
+    textkit_home,
+)
 
 __all__ = ["DatasetInfo", "Source", "get_dataset", "get_dataset_info", "list_datasets",
            "register_dataset"]
@@ -112,52 +118,104 @@ def get_dataset(name: str, segment: str = "train", root: str | os.PathLike | Non
                 progress: bool = True, **kwargs: Any) -> Any:
     """Load one segment of a named corpus, downloading and verifying it if needed.
 
-    ``root`` is the folder holding the corpus files (default
-    ``textkit_home()/datasets/<folder>``). Extra ``kwargs`` go to the entry's builder, e.g.
-    ``src_lang``/``tgt_lang`` for translation corpora or ``eos``/``bos`` for LM corpora.
+    ``root`` is a folder holding (some of) the corpus files; files not found there are taken
+    from, or downloaded into, the cache ``textkit_home()/datasets/<folder>`` (the default
+    ``root``). Nothing is ever written into a ``root`` you pass, and a file there whose checksum
+    differs raises ``ChecksumError`` and is left unchanged. Each file of the segment must hold
+    at least one non-blank line (``ValueError`` naming the file otherwise). Extra ``kwargs`` go
+    to the entry's builder, e.g. ``src_lang``/``tgt_lang`` or ``eos``/``bos`` for LM corpora.
     """
     info = get_dataset_info(name)
     segment = info.segment_name(segment)
-    root = Path(root) if root is not None else textkit_home() / "datasets" / info.folder
+    cache = textkit_home() / "datasets" / info.folder
+    root = Path(root) if root is not None else cache
     files = dict(info.segments[segment])
     direction = f"{segment}:{kwargs.get('src_lang')}-{kwargs.get('tgt_lang')}"
     files.update(info.segments.get(direction, {}))
-    ensure_files(info, root, list(files.values()), progress=progress)
-    return info.build(root, {role: root / rel for role, rel in files.items()}, **kwargs)
+    paths = ensure_files(info, root, list(files.values()), progress=progress, cache=cache)
+    for rel in files.values():
+        _check_not_empty(paths[rel], info.name, segment)
+    return info.build(root, {role: paths[rel] for role, rel in files.items()}, **kwargs)
 
 
-def ensure_files(info: DatasetInfo, root: Path, relpaths: list[str],
-                 progress: bool = True) -> None:
-    """Make sure every file in ``relpaths`` exists under ``root`` (download/extract if not)."""
+def _check_not_empty(path: Path, name: str, segment: str) -> None:
+    """A file (or a folder of files) of a segment must hold some non-blank text."""
+    if path.is_dir():
+        if not any(p.is_file() and p.stat().st_size for p in path.iterdir()):
+            raise ValueError(f"dataset {name!r}, segment {segment!r}: the folder {path} holds "
+                             "no non-empty file")
+        return
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return
+    raise ValueError(f"dataset {name!r}, segment {segment!r}: the file {path} is empty (no "
+                     "non-blank line); replace it with the real file or choose another segment")
+
+
+def _find(info: DatasetInfo, rel: str, folders: list[Path]) -> Path | None:
+    """The first of ``folders/rel`` that exists (verified when it is itself a download)."""
+    source = info.source_for(rel)
+    for folder in folders:
+        path = folder / rel
+        if path.exists() and (source.is_archive or check_existing(path, source.checksum)):
+            return path
+    return None
+
+
+def ensure_files(info: DatasetInfo, root: Path, relpaths: list[str], progress: bool = True,
+                 cache: Path | None = None) -> dict[str, Path]:
+    """Where each of ``relpaths`` is: under ``root`` if there, else under ``cache`` (downloaded
+    and extracted there when missing). Returns ``{relpath: path}``.
+
+    ``cache`` defaults to ``root``. A file found with a wrong checksum raises ``ChecksumError``
+    and is left unchanged; files that cannot be fetched raise one ``OfflineError`` naming them.
+    """
+    cache = root if cache is None else cache
+    folders = list(dict.fromkeys([root, cache]))
+    found: dict[str, Path] = {}
     pending: dict[Source, list[str]] = {}
     for rel in relpaths:
-        source = info.source_for(rel)
-        present = ((root / rel).exists() if source.is_archive
-                   else verify_file(root / rel, **source.hash_kwargs()))
-        if not present:
-            pending.setdefault(source, []).append(rel)
+        path = _find(info, rel, folders)
+        if path is None:
+            pending.setdefault(info.source_for(rel), []).append(rel)
+        else:
+            found[rel] = path
     unreachable: list[OfflineError] = []
     for source, missing in pending.items():
         try:
-            _fetch(source, root, progress)
+            _fetch(source, folders, cache, progress)
         except OfflineError as err:
             names = missing + ([source.filename] if source.is_archive else [])
             hint = (f" (place either the extracted files or the archive {source.filename})"
                     if source.is_archive else "")
             unreachable.append(OfflineError(names, root, err.urls, err.reason + hint))
+            continue
+        for rel in missing:
+            if not (cache / rel).exists():
+                raise FileNotFoundError(f"dataset {info.name!r}: {source.filename} gave no "
+                                        f"{rel} in {cache}")
+            found[rel] = cache / rel
     if unreachable:
         raise OfflineError([f for err in unreachable for f in err.files], root,
                            [u for err in unreachable for u in err.urls],
                            reason="; ".join(err.reason for err in unreachable))
+    return found
 
 
-def _fetch(source: Source, root: Path, progress: bool) -> None:
-    """Download ``source`` into ``root`` (mirrors in order) and extract it if an archive."""
-    target = root / source.filename
+def _fetch(source: Source, folders: list[Path], cache: Path, progress: bool) -> None:
+    """Download ``source`` into ``cache`` (mirrors in order) and extract it there if an
+    archive; an archive already in one of ``folders`` is verified and used as it is."""
     if not source.is_archive:
-        fetch(source.urls, target, checksum=source.checksum, progress=progress)
-    elif source.flatten:
-        fetch_archive(source.urls, target, root, checksum=source.checksum, flatten=True,
-                      members=[Path(m).name for m in source.members], progress=progress)
+        fetch(source.urls, cache / source.filename, checksum=source.checksum, progress=progress)
+        return
+    archive = next((folder / source.filename for folder in folders
+                    if check_existing(folder / source.filename, source.checksum)), None)
+    if archive is None:
+        archive = fetch(source.urls, cache / source.filename, checksum=source.checksum,
+                        progress=progress)
+    if source.flatten:
+        extract_archive(archive, cache, flatten=True,
+                        members=[Path(m).name for m in source.members])
     else:
-        fetch_archive(source.urls, target, root, checksum=source.checksum, progress=progress)
+        extract_archive(archive, cache)

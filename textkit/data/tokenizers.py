@@ -8,10 +8,11 @@ Batched encoding and decoding run in sentencepiece's own C++ thread pool.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,8 @@ class SentencePieceTokenizer:
         ``sentences_or_files``: a file path (str or ``PathLike``), a list of ``PathLike`` files,
         or an iterable of sentences (``str``). ``model_type``: ``"unigram"`` or ``"bpe"`` (also
         ``"char"``, ``"word"``). Extra ``trainer_options`` go to ``SentencePieceTrainer``.
-        The model file is written atomically.
+        The model file is written atomically. Text without a non-blank sentence raises
+        ``ValueError`` (naming the files when given files) before SentencePiece runs.
         """
         if model_type not in ("unigram", "bpe", "char", "word"):
             raise ValueError(f"model_type must be unigram, bpe, char or word, got {model_type!r}")
@@ -126,9 +128,12 @@ class SentencePieceTokenizer:
             for f in files:
                 if not Path(f).is_file():
                     raise FileNotFoundError(f"training file {f} does not exist")
+            if not any(map(_has_text, files)):
+                raise ValueError(f"SentencePiece training files {[os.fspath(f) for f in files]} "
+                                 "hold no non-blank line; check the train split")
             options["input"] = ",".join(os.fspath(f) for f in files)
         else:
-            options["sentence_iterator"] = iter(sentences_or_files)
+            options["sentence_iterator"] = _require_text(sentences_or_files)
         start = time.perf_counter()
         model = io.BytesIO()
         try:
@@ -208,3 +213,24 @@ class SentencePieceTokenizer:
             ids_or_pieces = [row.tolist() if hasattr(row, "tolist") else row
                              for row in ids_or_pieces]
         return self._sp.decode(ids_or_pieces, num_threads=self.num_threads)
+
+
+def _has_text(path: str | os.PathLike) -> bool:
+    """Whether the file holds a byte other than whitespace."""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return True
+    return False
+
+
+def _require_text(sentences: Iterable[Any]) -> Iterator[Any]:
+    """``sentences`` unchanged, after checking that one of them is not blank."""
+    iterator = iter(sentences)
+    head = []
+    for sentence in iterator:
+        head.append(sentence)
+        if sentence.strip() if isinstance(sentence, str | bytes) else sentence:
+            return itertools.chain(head, iterator)
+    raise ValueError(f"SentencePiece training text is empty ({len(head)} sentences, none with a "
+                     "non-blank character); check the train split")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from textkit.embedding.errors import EmbeddingFormatError
 from textkit.embedding.fasttext_bin import FASTTEXT_MAGIC, FastTextSubwords, read_fasttext_bin
 from textkit.embedding.text_format import has_text_header, open_maybe_gzip, read_text_vectors
 from textkit.embedding.word2vec_binary import read_word2vec_binary
@@ -29,6 +30,8 @@ def detect_format(path: str | os.PathLike) -> str:
     path = Path(path)
     with open(path, "rb") as raw:
         head = raw.read(8)
+    if not head:
+        raise EmbeddingFormatError(path, "byte 0", "the file is empty")
     if len(head) >= 4 and struct.unpack("<i", head[:4])[0] == FASTTEXT_MAGIC:
         return "fasttext_bin"
     stream, raw = open_maybe_gzip(path)
@@ -52,10 +55,16 @@ def _mostly_binary(sample: bytes) -> bool:
 
 def read_vectors(
     path: str | os.PathLike, format: str | None = None, *, encoding_errors: str = "strict",
-    progress: bool | None = None,
+    progress: bool | None = None, allow_nonfinite: bool = False,
 ) -> tuple[list[str], np.ndarray, FastTextSubwords | None]:
-    """``(tokens, vectors float32 [N, D], subwords or None)`` from a vector file."""
+    """``(tokens, vectors float32 [N, D], subwords or None)`` from a vector file.
+
+    ``nan``/``inf`` values are an ``EmbeddingFormatError`` naming the line or row unless
+    ``allow_nonfinite``.
+    """
     format = _ALIASES.get(format, format) if format is not None else None
+    if os.path.getsize(path) == 0:
+        raise EmbeddingFormatError(path, "byte 0", "the file is empty")
     if format is None:
         format = detect_format(path)
     if format not in FORMATS:
@@ -63,10 +72,16 @@ def read_vectors(
     if format == "fasttext_bin":
         tokens, vectors, subwords, _args = read_fasttext_bin(path,
                                                              encoding_errors=encoding_errors)
+        if not allow_nonfinite and not (finite := np.isfinite(vectors).all(axis=1)).all():
+            raise EmbeddingFormatError(path, f"word row {int(np.argmin(finite)) + 1}",
+                                       "has a non-finite value (nan or inf); pass "
+                                       "allow_nonfinite=True to load it anyway")
         return tokens, vectors, subwords
     if format == "word2vec_bin":
-        tokens, vectors = read_word2vec_binary(path, encoding_errors=encoding_errors)
+        tokens, vectors = read_word2vec_binary(path, encoding_errors=encoding_errors,
+                                               allow_nonfinite=allow_nonfinite)
         return tokens, vectors, None
     tokens, vectors = read_text_vectors(path, header=format == "word2vec_text",
-                                        encoding_errors=encoding_errors, progress=progress)
+                                        encoding_errors=encoding_errors, progress=progress,
+                                        allow_nonfinite=allow_nonfinite)
     return tokens, vectors, None

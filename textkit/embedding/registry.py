@@ -1,10 +1,11 @@
 """Registry of pretrained vector sources: GloVe, fastText, word2vec.
 
-``create(kind, source)`` finds the vector file under ``root`` (default
-``textkit_home() / "embeddings" / kind``), downloads and unpacks it first when absent (through
+``create(kind, source)`` finds the vector file under ``root`` or the cache
+``textkit_home() / "embeddings" / kind``, downloads and unpacks it into the cache when absent
+(never into a user's ``root``; through
 ``textkit.data.download``: progress bar, checksum check, no half-written files, an
 ``OfflineError`` naming the file and folder when offline), loads it, and keeps a binary cache
-folder next to it so the next ``create`` maps the matrix instead of parsing text.
+folder in the cache so the next ``create`` maps the matrix instead of parsing text.
 
 Checksums are SHA-1 digests published by MXNet's ``contrib.text`` embedding module (GloVe
 archives and text files, three fastText ``wiki.*.vec`` files); sources without a published
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,50 +181,64 @@ def get_source(kind: str, name: str) -> PretrainedSource:
     return source
 
 
-def _fetch(source: PretrainedSource, folder: Path, progress: bool) -> Path:
-    """The vector file in ``folder``, downloaded and unpacked when absent."""
-    from textkit.data.download import ChecksumError, fetch, fetch_archive, verify_file
+def _fetch(source: PretrainedSource, folders: list[Path], progress: bool) -> Path:
+    """The vector file: the first of ``folders/<filename>`` that exists (verified), else
+    downloaded and unpacked into the last folder (the cache)."""
+    from textkit.data.download import ChecksumError, check_existing, fetch, fetch_archive
 
-    target = folder / source.filename
-    if target.exists():
-        if not verify_file(target, sha1=source.file_sha1):
-            raise ChecksumError(f"{target}: SHA-1 differs from the published {source.file_sha1};"
-                                " delete the file to download it again")
-        return target
+    file_checksum = None if source.file_sha1 is None else ("sha1", source.file_sha1)
+    for folder in folders:
+        if check_existing(folder / source.filename, file_checksum):
+            return folder / source.filename
+    cache = folders[-1]
+    target = cache / source.filename
     checksum = None if source.url_sha1 is None else ("sha1", source.url_sha1)
     if not source.needs_extraction:
         return fetch([source.url], target, checksum=checksum, progress=progress)
-    archive = folder / source.url.rsplit("/", 1)[-1]
+    archive = cache / source.url.rsplit("/", 1)[-1]
     members = None if source.member is None else [source.member]
-    fetch_archive([source.url], archive, folder, checksum=checksum, members=members,
+    fetch_archive([source.url], archive, cache, checksum=checksum, members=members,
                   flatten=True, progress=progress)
     if not target.exists():
         raise FileNotFoundError(f"{archive}: extracting it gave no {source.filename}")
-    if not verify_file(target, sha1=source.file_sha1):
-        target.unlink()
+    try:
+        check_existing(target, file_checksum)
+    except ChecksumError:
+        target.unlink()  # extracted by us into the cache just now
         raise ChecksumError(f"{archive}: the extracted {source.filename} does not match the "
-                            f"published SHA-1 {source.file_sha1}; it was deleted")
+                            f"published SHA-1 {source.file_sha1}; it was deleted") from None
     return target
 
 
 def create(kind: str, source: str, *, root: str | os.PathLike | None = None, cache: bool = True,
            unknown: Unknown | None = None, progress: bool = True,
-           encoding_errors: str = "strict") -> TokenEmbedding:
+           encoding_errors: str = "strict", allow_nonfinite: bool = False) -> TokenEmbedding:
     """Load the pretrained embedding ``source`` of ``kind`` (see ``list_sources``).
 
-    ``root`` is the folder holding the files (default ``textkit_home()/embeddings/<kind>``);
-    with ``cache`` the parsed matrix is kept in ``<root>/<source>.cache`` and later calls map it.
+    ``root`` is a folder holding the vector file; a file not found there is taken from, or
+    downloaded into, the cache ``textkit_home()/embeddings/<kind>`` (the default ``root``).
+    Nothing is downloaded into a ``root`` you pass, and a file there whose published checksum
+    differs raises ``ChecksumError`` and is left unchanged. With ``cache`` the parsed matrix is
+    kept in the cache (``<source>.cache``, or ``<source>-<crc of the path>.cache`` for a file in
+    ``root``) and later calls map it; a ``<root>/<source>.cache`` made by ``save`` is read too.
     """
     from textkit.data.download import textkit_home
 
     spec = get_source(kind, source)
-    folder = Path(root) if root is not None else textkit_home() / "embeddings" / kind
-    cache_dir = folder / f"{spec.name}.cache"
-    if cache and (cache_dir / "meta.json").is_file():
-        return TokenEmbedding.load(cache_dir, unknown=unknown)
-    path = _fetch(spec, folder, progress)
+    home = textkit_home() / "embeddings" / kind
+    folders = list(dict.fromkeys([Path(root) if root is not None else home, home]))
+    user_file = folders[0] / spec.filename
+    cache_dir = home / (f"{spec.name}.cache" if folders[0] == home or not user_file.is_file()
+                        else f"{spec.name}-{zlib.crc32(os.fsencode(user_file.resolve())):08x}"
+                             ".cache")
+    if cache:
+        for candidate in (folders[0] / f"{spec.name}.cache", cache_dir):
+            if (candidate / "meta.json").is_file():
+                return TokenEmbedding.load(candidate, unknown=unknown)
+    path = _fetch(spec, folders, progress)
     embedding = TokenEmbedding.from_file(path, spec.format, unknown=unknown,
-                                         encoding_errors=encoding_errors, progress=progress)
+                                         encoding_errors=encoding_errors, progress=progress,
+                                         allow_nonfinite=allow_nonfinite)
     if cache:
         embedding.save(cache_dir)
     return embedding

@@ -15,6 +15,7 @@ import gzip
 import os
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -27,6 +28,7 @@ __all__ = ["has_text_header", "open_maybe_gzip", "read_text_vectors"]
 _BLOCK_BYTES = 1 << 20
 _PROGRESS_MIN_BYTES = 64 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
 
 
 def open_maybe_gzip(path: str | os.PathLike):
@@ -48,8 +50,9 @@ def _parse_header(line: bytes) -> tuple[int, int] | None:
 
 
 def has_text_header(first_line: bytes) -> bool:
-    """Whether a text vector file starting with ``first_line`` has an ``N D`` header."""
-    return _parse_header(first_line) is not None
+    """Whether a text vector file starting with ``first_line`` has an ``N D`` header (after
+    a UTF-8 byte order mark, if any)."""
+    return _parse_header(first_line.removeprefix(_BOM)) is not None
 
 
 def _most_common_dim(head: bytes) -> int:
@@ -77,8 +80,39 @@ def _decode_tokens(tokens: list[bytes], path, first_line: int, line_numbers: np.
         raise
 
 
+class _Options(NamedTuple):
+    """How a block is parsed: codec error handler, whether D came from a header, and whether
+    non-finite values are kept."""
+
+    errors: str = "strict"
+    from_header: bool = False
+    allow_nonfinite: bool = False
+
+
+def _is_number(field: bytes) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_token_fields(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, first: int,
+                        last: int, dim: int, path, line: int, options: _Options) -> None:
+    """A token spanning fields ``first..last`` must not be a word followed by numbers (a row
+    with extra values, or a header whose D is smaller than the rows)."""
+    extra = [buffer[starts[f] : ends[f]].tobytes() for f in range(first + 1, last + 1)]
+    if all(map(_is_number, extra)):
+        word = buffer[starts[first] : ends[first]].tobytes()
+        source = "the header's D" if options.from_header else "the dimension of the file"
+        raise EmbeddingFormatError(
+            path, f"line {line}",
+            f"token {word[:40]!r} is followed by {dim + len(extra)} values, expected {dim} "
+            f"({source}); the row has extra values or the dimension is wrong")
+
+
 def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
-                 errors: str) -> tuple[list[str], np.ndarray]:
+                 options: _Options) -> tuple[list[str], np.ndarray]:
     """Tokens and float32 [L, dim] vectors of the ``size`` bytes at ``buffer[FIELD_PAD:]``.
 
     The block holds whole lines, the last one ending in ``\\n``; ``buffer`` has ``FIELD_PAD``
@@ -98,15 +132,18 @@ def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
     if (short := np.flatnonzero(n_fields < dim + 1)).size:
         line = first_line + int(lines[short[0]])
         found = int(n_fields[short[0]])
-        hint = ""
+        hint = " (the header's D)" if options.from_header else ""
         if line == 1 and found == 2:
             hint = " (this looks like a word2vec 'N D' header: use format='word2vec_text')"
         raise EmbeddingFormatError(
-            path, f"line {line}", f"expected a token and {dim} values, found {found} fields{hint}")
+            path, f"line {line}",
+            f"expected a token and {dim} values{hint}, found {found} fields")
     token_last = first_field + n_fields - (dim + 1)  # [L'] last field of each token
     is_token = np.zeros(starts.shape[0], dtype=bool)
     is_token[first_field] = True
     for line in np.flatnonzero(token_last != first_field).tolist():  # tokens with spaces
+        _check_token_fields(buffer, starts, ends, int(first_field[line]), int(token_last[line]),
+                            dim, path, first_line + int(lines[line]), options)
         is_token[first_field[line] : token_last[line] + 1] = True
     number_starts, number_ends = starts[~is_token], ends[~is_token]  # [L' * dim], line order
     values, invalid = parse_fields(buffer, number_starts, number_ends)
@@ -116,10 +153,18 @@ def _parse_block(buffer: np.ndarray, size: int, dim: int, path, first_line: int,
         raise EmbeddingFormatError(
             path, f"line {first_line + int(lines[field // dim])}",
             f"value {field % dim + 1} of {dim} is not a number: {text[:40]!r}")
+    if not options.allow_nonfinite and not (finite := np.isfinite(values)).all():
+        field = int(np.argmin(finite))
+        text = buffer[number_starts[field] : number_ends[field]].tobytes()
+        raise EmbeddingFormatError(
+            path, f"line {first_line + int(lines[field // dim])}",
+            f"value {field % dim + 1} of {dim} is not finite ({text[:40]!r}); pass "
+            "allow_nonfinite=True to load it anyway")
     block = buffer[:end].tobytes()
     tokens = [block[s:e] for s, e in zip(starts[first_field].tolist(), ends[token_last].tolist())]
     line_numbers = None if lines.shape[0] == newlines.shape[0] else lines
-    return _decode_tokens(tokens, path, first_line, line_numbers, errors), values.reshape(-1, dim)
+    return (_decode_tokens(tokens, path, first_line, line_numbers, options.errors),
+            values.reshape(-1, dim))
 
 
 def _capacity(n_declared: int | None, file_size: int, is_gzip: bool, bytes_per_row: float) -> int:
@@ -149,13 +194,13 @@ def _blocks(stream, pending: bytes, line_no: int, block_bytes: int):
 
 
 def _parse_bytes(block: bytes, dim: int, path, first_line: int,
-                 errors: str) -> tuple[list[str], np.ndarray, int]:
+                 options: _Options) -> tuple[list[str], np.ndarray, int]:
     """``_parse_block`` on a padded copy of ``block``; returns (tokens, vectors, len(block))."""
     buffer = np.empty(FIELD_PAD + len(block) + 8, dtype=np.uint8)
     buffer[:FIELD_PAD] = 0x20
     buffer[FIELD_PAD : FIELD_PAD + len(block)] = np.frombuffer(block, np.uint8)
     buffer[FIELD_PAD + len(block) :] = 0x20
-    block_tokens, vectors = _parse_block(buffer, len(block), dim, path, first_line, errors)
+    block_tokens, vectors = _parse_block(buffer, len(block), dim, path, first_line, options)
     return block_tokens, vectors, len(block)
 
 
@@ -193,6 +238,7 @@ def read_text_vectors(
     block_bytes: int = _BLOCK_BYTES,
     progress: bool | None = None,
     threads: int | None = None,
+    allow_nonfinite: bool = False,
 ) -> tuple[list[str], np.ndarray]:
     """Read a GloVe or word2vec/fastText text vector file (optionally gzip-compressed).
 
@@ -207,11 +253,15 @@ def read_text_vectors(
       progress: show a tqdm bar (default: for files over 64 MiB).
       threads: blocks parsed at once (numpy releases the GIL in its loops); default: the
         number of CPUs, at most 4.
+      allow_nonfinite: keep ``nan``/``inf`` values (by default they are an error naming the
+        line).
 
     Returns:
       ``(tokens, vectors)``: N tokens and a float32 [N, D] matrix, in file order (duplicates
-      kept). A header count that disagrees with the rows is a warning; a line with the wrong
-      number of values or an unparsable number is an ``EmbeddingFormatError``.
+      kept). A UTF-8 byte order mark is skipped. A header count that disagrees with the rows is
+      a warning; a line with missing or extra values (also: a header D that differs from the
+      rows), an unparsable or non-finite number is an ``EmbeddingFormatError`` naming the file
+      and line. A token may contain spaces, but not be a word followed by numbers.
     """
     path = Path(path)
     threads = threads or min(4, os.cpu_count() or 1)
@@ -219,6 +269,8 @@ def read_text_vectors(
     file_size = os.fstat(raw.fileno()).st_size
     with stream, raw:
         first = stream.readline()
+        if first.startswith(_BOM):
+            first = first[len(_BOM):]
         declared = _parse_header(first) if header is not False else None
         if header and declared is None:
             raise EmbeddingFormatError(path, "line 1",
@@ -233,6 +285,7 @@ def read_text_vectors(
                 raise EmbeddingFormatError(path, "line 1", "expected a token and its values")
             line_no = 1
         is_gzip = stream is not raw
+        options = _Options(encoding_errors, declared is not None, allow_nonfinite)
         rows: _Rows | None = None
         tokens: list[str] = []
         show = progress if progress is not None else file_size > _PROGRESS_MIN_BYTES
@@ -254,7 +307,7 @@ def read_text_vectors(
 
             for block, first_line in _blocks(stream, pending, line_no, block_bytes):
                 in_flight.append(pool.submit(_parse_bytes, block, dim, path, first_line,
-                                             encoding_errors))
+                                             options))
                 if len(in_flight) > threads:  # bounds memory: blocks and their temporaries
                     collect()
             while in_flight:

@@ -78,14 +78,18 @@ class TokenEmbedding:
     @classmethod
     def from_file(cls, path: str | os.PathLike, format: str | None = None, *,
                   encoding_errors: str = "strict", unknown: Unknown | None = None,
-                  seed: int = 0, progress: bool | None = None) -> TokenEmbedding:
+                  seed: int = 0, progress: bool | None = None,
+                  allow_nonfinite: bool = False) -> TokenEmbedding:
         """Load a vector file: ``format`` is ``"glove"``, ``"word2vec_text"`` (also fastText
         ``.vec``), ``"word2vec_bin"``, ``"fasttext_bin"`` or None to detect it.
 
-        Duplicate tokens keep their first vector (a warning gives the count).
+        Duplicate tokens keep their first vector (a warning gives the count). Malformed rows
+        and ``nan``/``inf`` values (unless ``allow_nonfinite``) raise ``EmbeddingFormatError``
+        naming the file and line or row.
         """
         tokens, vectors, subwords = read_vectors(path, format, encoding_errors=encoding_errors,
-                                                 progress=progress)
+                                                 progress=progress,
+                                                 allow_nonfinite=allow_nonfinite)
         tokens, vectors = _drop_duplicates(tokens, vectors, path)
         return cls(tokens, vectors, unknown=unknown, seed=seed, subwords=subwords)
 
@@ -96,7 +100,11 @@ class TokenEmbedding:
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = True, *, unknown: Unknown | None = None,
              seed: int = 0) -> TokenEmbedding:
-        """Load a cache folder written by ``save``; ``mmap`` maps the matrix (read-only)."""
+        """Load a cache folder written by ``save``; ``mmap`` maps the matrix (read-only).
+
+        A damaged or incomplete cache raises ``EmbeddingFormatError`` naming the file and the
+        problem (delete the folder and create it again).
+        """
         tokens, vectors, subwords = load_cache(path, mmap=mmap)
         return cls(tokens, vectors, unknown=unknown, seed=seed, subwords=subwords)
 
@@ -146,7 +154,10 @@ class TokenEmbedding:
     def _lookup(self, tokens: Sequence[str], policy: Unknown | None) -> np.ndarray:
         index = np.fromiter(map(self.token_to_idx.get, tokens, [-1] * len(tokens)),
                             dtype=np.int64, count=len(tokens))
-        out = self._idx_to_vec[np.maximum(index, 0)]
+        if len(self) == 0:  # no rows: every token is unknown
+            out = np.zeros((len(tokens), self.dim), dtype=np.float32)
+        else:
+            out = self._idx_to_vec[np.maximum(index, 0)]
         if (missing := np.flatnonzero(index < 0)).size:
             out[missing] = self._unknown_vectors([tokens[i] for i in missing.tolist()], policy)
         return out

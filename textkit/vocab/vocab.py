@@ -30,6 +30,10 @@ def _count(counter_or_tokens: Mapping[str, int] | Iterable[Any] | None) -> Mappi
     """Token counts from a Counter/mapping, a token iterable or an iterable of token lists."""
     if counter_or_tokens is None:
         return {}
+    if isinstance(counter_or_tokens, str | bytes):
+        raise TypeError(f"Vocab takes a Counter, a list of tokens or a list of token lists, got "
+                        f"a {type(counter_or_tokens).__name__} ({counter_or_tokens[:40]!r}); "
+                        "split the text into tokens first, e.g. Vocab(text.split())")
     if isinstance(counter_or_tokens, Mapping):
         return counter_or_tokens
     counts: collections.Counter = collections.Counter()
@@ -39,6 +43,13 @@ def _count(counter_or_tokens: Mapping[str, int] | Iterable[Any] | None) -> Mappi
         else:
             counts.update(item)
     return counts
+
+
+def _is_gluonnlp(state: Mapping[str, Any]) -> bool:
+    """Whether a parsed vocab JSON was written by GluonNLP (``unknown_token`` etc.)."""
+    textkit_keys = {f"{name}_token" for name in _SPECIAL_NAMES} - {"bos_token", "eos_token"}
+    return (not textkit_keys & set(state)
+            and bool({"unknown_token", "identifiers_to_tokens", "token_to_idx"} & set(state)))
 
 
 class Vocab:
@@ -77,6 +88,9 @@ class Vocab:
 
     def _build(self, idx_to_token: Sequence[str], specials: Mapping[str, str | None],
                reserved_tokens: Sequence[str]) -> None:
+        for name, value in (("idx_to_token", idx_to_token), ("reserved_tokens", reserved_tokens)):
+            if isinstance(value, str | bytes):
+                raise TypeError(f"{name} must be a list of tokens, got a str ({value[:40]!r})")
         self.idx_to_token: list[str] = list(idx_to_token)
         self.token_to_idx: dict[str, int] = {}
         for index, token in enumerate(self.idx_to_token):
@@ -225,13 +239,51 @@ class Vocab:
 
     @classmethod
     def from_json(cls, text: str) -> Vocab:
-        """Inverse of ``to_json``."""
+        """Inverse of ``to_json``; a GluonNLP vocab JSON is detected and read by
+        ``from_gluonnlp_json``."""
         state = json.loads(text)
+        if not isinstance(state, dict):
+            raise ValueError(f"vocab JSON must be an object, got a {type(state).__name__}")
+        if _is_gluonnlp(state):
+            return cls.from_gluonnlp_json(state)
         missing = {"idx_to_token", "reserved_tokens"} - set(state)
         if missing:
             raise ValueError(f"vocab JSON lacks the key(s) {sorted(missing)}")
         vocab = cls.__new__(cls)
         vocab.__setstate__({f"{name}_token": None for name in _SPECIAL_NAMES} | state)
+        return vocab
+
+    @classmethod
+    def from_gluonnlp_json(cls, text: str | Mapping[str, Any]) -> Vocab:
+        """A vocab from GluonNLP's ``Vocab.to_json()`` (0.x), keeping ids and special roles.
+
+        ``unknown_token`` becomes ``unk_token``; ``padding_token``, ``bos_token`` and
+        ``eos_token`` (in ``identifiers_to_tokens`` or, in older files, top-level keys) become
+        ``pad_token``, ``bos_token`` and ``eos_token``. Other special tokens (e.g.
+        ``mask_token``) stay reserved tokens. ``token_to_idx`` must agree with ``idx_to_token``.
+        """
+        state = json.loads(text) if isinstance(text, str) else dict(text)
+        idx_to_token = state.get("idx_to_token")
+        if not isinstance(idx_to_token, list):
+            raise ValueError("GluonNLP vocab JSON lacks the list 'idx_to_token'")
+        token_to_idx = state.get("token_to_idx") or {}
+        wrong = [(t, i) for t, i in token_to_idx.items()
+                 if not (isinstance(i, int) and 0 <= i < len(idx_to_token)
+                         and idx_to_token[i] == t)]
+        if wrong or len(token_to_idx) not in (0, len(idx_to_token)):
+            raise ValueError(f"GluonNLP vocab JSON: token_to_idx disagrees with idx_to_token "
+                             f"(first disagreement: {wrong[:1] or 'the sizes'}); the file is "
+                             "damaged or from GluonNLP < 0.7 (duplicate special tokens)")
+        identifiers = dict(state.get("identifiers_to_tokens") or {})
+        for name in ("padding_token", "bos_token", "eos_token"):
+            if name in state and name not in identifiers:
+                identifiers[name] = state[name]
+        specials = {"unk": state.get("unknown_token"), "pad": identifiers.get("padding_token"),
+                    "bos": identifiers.get("bos_token"), "eos": identifiers.get("eos_token")}
+        roles = {t for t in specials.values() if t is not None}
+        reserved = [t for t in state.get("reserved_tokens") or () if t not in roles]
+        vocab = cls.__new__(cls)
+        vocab._build(idx_to_token, specials, reserved)
         return vocab
 
     def save(self, path: str | os.PathLike) -> None:
@@ -240,7 +292,7 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
-        """Read a vocab written by ``save``."""
+        """Read a vocab written by ``save`` (or by GluonNLP's ``Vocab.to_json``)."""
         try:
             return cls.from_json(Path(path).read_text(encoding="utf-8"))
         except (json.JSONDecodeError, ValueError) as err:
