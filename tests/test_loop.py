@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -134,3 +135,47 @@ def test_with_loss_scaling_follows_the_policy():
     assert with_loss_scaling(inner, "float32") is inner
     scaled = with_loss_scaling(inner, "mixed_float16")
     assert scaled is not inner and "scale" in scaled.init({"w": jnp.zeros(2)})._fields
+
+
+def budget_optimizer(total_steps=1000, ema_decay=None):
+    from textkit.tasks import translation
+    return translation.optimizer(0.05, 2, 1.0, schedule="budget", total_steps=total_steps,
+                                 decay_fraction=0.5, ema_decay=ema_decay)
+
+
+def test_budget_schedule_shape():
+    from textkit.training.schedules import budget_learning_rate
+    lr = [float(budget_learning_rate(s, 10, 1.0, 2, 0.5)) for s in range(12)]
+    assert lr[:3] == pytest.approx([0.0, 0.5, 1.0])          # warm-up
+    assert lr[3:6] == pytest.approx([1.0, 1.0, 1.0])         # stable
+    assert lr[6:] == pytest.approx([0.8, 0.6, 0.4, 0.2, 0.0, 0.0])   # decay to 0 at 10
+
+
+def test_fit_ends_the_budget_schedule_at_max_steps():
+    import optax
+
+    state, step = start(budget_optimizer(total_steps=1000))   # a wrong first estimate
+    result = fit(state, step, make_loader(), max_steps=7, log_every=3)
+    assert float(optax.tree_utils.tree_get(result.state.opt_state, "total_steps")) == 7.0
+    assert learning_rate_of(result.state.opt_state) == pytest.approx(0.05 * 1 / 3.5)
+
+
+def test_fit_converts_a_time_budget_into_steps():
+    import optax
+
+    state, step = start(budget_optimizer(total_steps=10_000))
+    slow = lambda batch: (time.sleep(0.004), batch)[1]    # a steady ~250 steps/s
+    result = fit(state, step, make_loader(num=400), epochs=50, log_every=5, to_device=slow,
+                 time_budget_min=1.5 / 60, show_progress=False)
+    planned = float(optax.tree_utils.tree_get(result.state.opt_state, "total_steps"))
+    assert result.stopped_by == "time_budget"
+    assert planned < 10_000 and abs(planned - result.progress.step) <= 0.25 * planned
+
+
+def test_ema_parameters_follow_the_trained_ones():
+    state, step = start(budget_optimizer(total_steps=24, ema_decay=0.9))
+    result = fit(state, step, make_loader(), max_steps=24, log_every=6)
+    from textkit.training import ema_params_of
+    averaged, trained = ema_params_of(result.state)["w"], result.state.params["w"]
+    assert not np.allclose(averaged, 0.0) and not np.allclose(averaged, trained)
+    np.testing.assert_allclose(averaged, trained, atol=0.5 * float(np.abs(trained).max()))

@@ -179,3 +179,17 @@ def test_final_params_load_for_translation(runs):
     params, extra = run.load_final(target)
     assert extra["source"] == runs["whole"]["evaluated"]
     assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(target)
+
+
+@pytest.mark.slow
+def test_budget_schedule_ema_and_save_interval(tmp_path):
+    summary = load_script("train").main([
+        *FAST, "--max-steps", "6", "--eval-interval", "3", "--save-interval", "2",
+        "--lr-schedule", "budget", "--ema-decay", "0.9", "--average-last", "3",
+        "--save-dir", str(tmp_path)])
+    state, extra = restore_latest(tmp_path)
+    assert int(state["step"]) == 6 and [h["step"] for h in summary["history"]] == [3, 6]
+    with CheckpointManager(tmp_path / "checkpoints") as manager:
+        assert manager.all_steps()[-3:] == [3, 4, 6]        # evaluated and saved-only steps
+    assert "average of the last 3" in summary["evaluated"] or "best" in summary["evaluated"]
+    assert np.isfinite(summary["test_bleu"])

@@ -297,9 +297,14 @@ def main_process_decides(flag: bool) -> bool:
     """Process 0's ``flag`` on every process: a decision taken from a local clock (a time
     budget) must be the same everywhere, or the processes stop at different steps and hang.
     A collective when there are several processes; every process must call it."""
+    return bool(main_process_value(bool(flag)))
+
+
+def main_process_value(value: int | float | bool) -> int | float | bool:
+    """Process 0's scalar ``value`` on every process (see ``main_process_decides``)."""
     if jax.process_count() == 1:
-        return bool(flag)
-    return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag, np.bool_)))
+        return value
+    return np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(value))).item()
 
 
 def to_host(tree: Any) -> Any:

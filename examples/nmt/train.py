@@ -33,7 +33,14 @@ from textkit import parallel
 from textkit.decoding import Translator
 from textkit.models import parse_overrides
 from textkit.tasks import translation
-from textkit.training import RunDir, create_train_state, fit, make_train_step
+from textkit.training import (
+    RunDir,
+    create_train_state,
+    ema_params_of,
+    fit,
+    learning_rate_of,
+    make_train_step,
+)
 
 # settings that must not change when a run is resumed (data, vocabulary, model, data order)
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
@@ -71,6 +78,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "global batch is the same on 1, 2, 4 or 8 devices)")
     p.add_argument("--num-buckets", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--lr-schedule", default="inverse_sqrt", choices=translation.SCHEDULES,
+                   help="budget: warm-up, constant, then linear decay reaching 0 exactly at "
+                        "--max-steps / the last epoch / the end of --time-budget-min")
+    p.add_argument("--decay-fraction", type=float, default=0.2,
+                   help="budget schedule: the final fraction of the steps that decays")
+    p.add_argument("--ema-decay", type=float, default=None,
+                   help="keep an EMA of the parameters and evaluate/test it (e.g. 0.999)")
     p.add_argument("--warmup-steps", type=int, default=200)
     p.add_argument("--clip-norm", type=float, default=1.0)
     p.add_argument("--label-smoothing", type=float, default=0.1)
@@ -81,6 +95,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "excluded), then evaluate and test as at --max-steps")
     p.add_argument("--eval-interval", type=int, default=500,
                    help="steps between validation BLEU + checkpoint (0: at the end only)")
+    p.add_argument("--save-interval", type=int, default=0,
+                   help="steps between extra checkpoints without validation, e.g. close "
+                        "together at the end for --average-last (0: none)")
     p.add_argument("--valid-size", type=int, default=0,
                    help="validate on the first N valid pairs (0: all)")
     p.add_argument("--beam-size", type=int, default=4)
@@ -116,6 +133,19 @@ def rows_per_process(batch_rows_multiple: int | None) -> int:
     return multiple // jax.process_count()
 
 
+def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
+    """The closing lines: compiles, the two sacreBLEU scores with signatures, a summary."""
+    config = summary["config"]
+    run.log(f"compiled {summary['num_compiles']} train-step program(s) for "
+            f"{summary['num_bucket_shapes']} bucket shapes; {summary['num_decode_shapes']} "
+            f"decode shapes\ntest BLEU {test['bleu']:.2f}  {test['signature']}\n"
+            f"test BLEU {test['bleu_lowercase']:.2f}  {test['signature_lowercase']}\n"
+            f"{config['model']} on {config['dataset']}: {summary['steps']} steps, "
+            f"{summary['num_params']:,} params, {summary['tokens_per_s']:.0f} train tokens/s, "
+            f"test BLEU {test['bleu']:.2f} (lowercase {test['bleu_lowercase']:.2f}), "
+            f"{summary['wall_s']:.0f}s -> {run.summary_path}")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
@@ -148,8 +178,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{jax.device_count()} device(s) in {jax.process_count()} process(es)\n"
             f"{loader.batch_sampler.stats()}")
 
-    optimizer, schedule = translation.optimizer(args.lr, args.warmup_steps, args.clip_norm,
-                                                args.precision)
+    optimizer = translation.optimizer(
+        args.lr, args.warmup_steps, args.clip_norm, args.precision, schedule=args.lr_schedule,
+        total_steps=args.max_steps or args.epochs * len(loader),
+        decay_fraction=args.decay_fraction, ema_decay=args.ema_decay)
     init_key, train_key = jax.random.split(jax.random.PRNGKey(args.seed))
     state = parallel.replicate(create_train_state(
         translation.init_params(model, init_key), optimizer, train_key), mesh)
@@ -168,13 +200,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result = fit(
         state, train_step, loader, max_steps=args.max_steps,
         epochs=None if args.max_steps else args.epochs,
-        evaluate=lambda state: {"valid_bleu": bleu(state.params, valid_pairs)["bleu"]},
-        eval_every=args.eval_interval, checkpoints=manager, resume=args.resume,
-        place=lambda state: parallel.replicate(state, mesh),
+        evaluate=lambda state: {"valid_bleu": bleu(ema_params_of(state), valid_pairs)["bleu"]},
+        eval_every=args.eval_interval, save_every=args.save_interval, checkpoints=manager,
+        resume=args.resume, place=lambda state: parallel.replicate(state, mesh),
         time_budget_min=args.time_budget_min, log_every=args.log_interval,
         to_device=lambda batch: parallel.global_batch(batch, mesh),
         count_tokens=translation.count_tokens, log=run.log,
-        learning_rate=lambda state: schedule(state.step - 1), desc=args.model)
+        learning_rate=lambda state: learning_rate_of(state.opt_state), desc=args.model)
     source, params, valid_bleu = translation.choose_final(
         manager, result.state, args.average_last,
         lambda params: bleu(params, valid_pairs)["bleu"], run.log)
@@ -187,14 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "signature_lowercase": test["signature_lowercase"],
         "num_bucket_shapes": len(loader.batch_sampler.bucket_shapes),
         "num_decode_shapes": len(translator.compiled_shapes)})
-    run.log(f"compiled {result.num_compiles} train-step program(s) for "
-            f"{summary['num_bucket_shapes']} bucket shapes; {summary['num_decode_shapes']} "
-            f"decode shapes\ntest BLEU {test['bleu']:.2f}  {test['signature']}\n"
-            f"test BLEU {test['bleu_lowercase']:.2f}  {test['signature_lowercase']}\n"
-            f"{args.model} on {args.dataset}: {summary['steps']} steps, {num_params:,} params, "
-            f"{summary['tokens_per_s']:.0f} train tokens/s, test BLEU {test['bleu']:.2f} "
-            f"(lowercase {test['bleu_lowercase']:.2f}), {summary['wall_s']:.0f}s -> "
-            f"{run.summary_path}")
+    report(run, summary, test)
     return summary
 
 

@@ -40,9 +40,9 @@ from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
-from textkit.training.optim import with_loss_scaling
+from textkit.training.optim import ema, ema_params_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
-from textkit.training.schedules import inverse_sqrt_schedule
+from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 
 __all__ = [
     "DATASETS",
@@ -200,15 +200,33 @@ def count_tokens(metrics: Mapping[str, Any]) -> Any:
     return metrics["tokens"] + metrics["src_tokens"]
 
 
+SCHEDULES = ("inverse_sqrt", "budget")
+
+
 def optimizer(lr: float, warmup_steps: int, clip_norm: float,
-              policy: Policy | str = "float32") -> tuple[optax.GradientTransformation, Any]:
-    """(optimizer, schedule): global-norm clipping, then Adam (0.9, 0.98, 1e-9) with an
-    inverse-square-root schedule peaking at ``lr``; dynamic loss scaling when ``policy``
-    needs it."""
-    schedule = inverse_sqrt_schedule(lr, warmup_steps)
-    chain = optax.chain(optax.clip_by_global_norm(clip_norm),
-                        optax.adam(schedule, b1=0.9, b2=0.98, eps=1e-9))
-    return with_loss_scaling(chain, policy), schedule
+              policy: Policy | str = "float32", *, schedule: str = "inverse_sqrt",
+              total_steps: int = 1, decay_fraction: float = 0.2,
+              ema_decay: float | None = None) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam (0.9, 0.98, 1e-9) at a rate peaking at ``lr`` after
+    ``warmup_steps``, then (with ``ema_decay``) a parameter EMA; dynamic loss scaling when
+    ``policy`` needs it. The current rate is in the state (``learning_rate_of``).
+
+    ``schedule``: ``"inverse_sqrt"`` (decays as ``1/sqrt(step)``, never reaches 0) or
+    ``"budget"`` (warm-up-stable-decay to 0 at ``total_steps``, which ``fit`` keeps equal to
+    the end of the run: ``--max-steps``, the epochs, or the steps the time budget allows).
+    """
+    if schedule == "inverse_sqrt":
+        core = optax.inject_hyperparams(optax.adam)(
+            learning_rate=inverse_sqrt_schedule(lr, warmup_steps), b1=0.9, b2=0.98, eps=1e-9)
+    elif schedule == "budget":
+        core = optax.chain(optax.scale_by_adam(0.9, 0.98, 1e-9), scale_by_budget_schedule(
+            lr, warmup_steps, total_steps, decay_fraction))
+    else:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    links = [optax.clip_by_global_norm(clip_norm), core]
+    if ema_decay:
+        links.append(ema(ema_decay))
+    return with_loss_scaling(optax.chain(*links), policy)
 
 
 # ------------------------------------------------------------------------------------ the model
@@ -263,15 +281,15 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
     """``(description, params, valid score)`` of the parameters to test: the best checkpoint
     by the manager's metric, or the average of the last ``average_last`` checkpoints when
     ``score(params)`` (validation) is at least as good. ``target`` is the saved state's
-    structure."""
+    structure. With a parameter EMA in the optimizer, the EMA parameters are used."""
     best_step = manager.best_step()
     state, extra = manager.restore("best", target)
-    chosen = (f"best checkpoint (step {best_step})", state.params,
+    chosen = (f"best checkpoint (step {best_step})", ema_params_of(state),
               float(extra["metrics"][manager.best_metric]))
     steps = manager.all_steps()
     if average_last > 1 and len(steps) > 1:
         last_n = min(average_last, len(steps))
-        averaged = average_checkpoints(manager, target, last_n=last_n)
+        averaged = average_checkpoints(manager, target, last_n=last_n, select=ema_params_of)
         valid = score(averaged)
         log(f"average of the last {last_n} checkpoints: valid {valid:.2f}")
         if valid >= chosen[2]:

@@ -14,6 +14,8 @@ from textkit.training.loop import FitResult, Progress, fit
 from textkit.training.losses import cross_entropy, smoothing_entropy
 from textkit.training.metrics import corpus_bleu, perplexity
 from textkit.training.optim import (
+    ema,
+    ema_params_of,
     freeze,
     learning_rate_of,
     max_norm,
@@ -21,7 +23,7 @@ from textkit.training.optim import (
     with_loss_scaling,
 )
 from textkit.training.run_dir import RunDir
-from textkit.training.schedules import inverse_sqrt_schedule
+from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 from textkit.training.train_step import (
     CompiledStep,
     TrainState,
@@ -32,9 +34,10 @@ from textkit.training.train_step import (
 
 __all__ = [
     "CheckpointManager", "CompiledStep", "FitResult", "Progress", "RunDir", "TrainState",
-    "average_checkpoints", "corpus_bleu", "create_train_state", "cross_entropy", "fit",
-    "freeze", "inverse_sqrt_schedule", "learning_rate_of", "make_eval_step", "make_train_step",
-    "max_norm", "perplexity", "smoothing_entropy", "with_learning_rate", "with_loss_scaling",
+    "average_checkpoints", "corpus_bleu", "create_train_state", "cross_entropy", "ema",
+    "ema_params_of", "fit", "freeze", "inverse_sqrt_schedule", "learning_rate_of",
+    "make_eval_step", "make_train_step", "max_norm", "perplexity", "scale_by_budget_schedule",
+    "smoothing_entropy", "with_learning_rate", "with_loss_scaling",
 ]
 
 # old name -> (deprecated module that still provides it)

@@ -142,7 +142,7 @@ class CheckpointManager:
         for ``best_metric``, which they must then contain.
         """
         metrics = _to_json_tree("metrics", metrics or {})
-        if self.best_metric is not None and self.best_metric not in metrics:
+        if self.best_metric is not None and metrics and self.best_metric not in metrics:
             raise ValueError(
                 f"step {step}: metrics {sorted(metrics)} lack best_metric {self.best_metric!r}")
         extra = _to_json_tree("extra", {**(extra or {}), "metrics": metrics})

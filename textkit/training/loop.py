@@ -22,7 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from tqdm import tqdm
 
 from textkit import parallel
@@ -84,6 +86,7 @@ class _Loop:
     epochs: int | None
     evaluate: Callable[[Any], Mapping[str, Any]] | None
     eval_every: int
+    save_every: int
     eval_each_epoch: bool
     checkpoints: CheckpointManager | None
     time_budget_s: float | None
@@ -100,6 +103,8 @@ class _Loop:
     segment_start: float = 0.0
     out_of_time: bool = False
     compiled: bool = False     # the first step (trace + compile) has been timed
+    rate_origin: tuple[int, float] | None = None   # (step, training seconds) after compiling
+    place: Callable[[Any], Any] = lambda state: state
 
     @property
     def eval_due(self) -> bool:
@@ -116,6 +121,25 @@ class _Loop:
     @property
     def total_steps(self) -> int:
         return self.max_steps if self.max_steps is not None else self.epochs * len(self.loader)
+
+    def elapsed(self) -> float:
+        """Training seconds so far (this segment included)."""
+        return self.progress.train_s + time.perf_counter() - self.segment_start
+
+    def planned_steps(self) -> int | None:
+        """The step at which training will end: ``max_steps``, ``epochs`` worth of steps, or
+        with a time budget the steps the measured rate fits into the time left."""
+        planned = self.max_steps if self.max_steps is not None else (
+            self.epochs * len(self.loader) if self.epochs is not None else None)
+        if self.time_budget_s is None or self.rate_origin is None:
+            return planned
+        origin_step, origin_s = self.rate_origin
+        spent = self.elapsed() - origin_s
+        if self.progress.step <= origin_step or spent <= 0:
+            return planned
+        rate = (self.progress.step - origin_step) / spent
+        by_time = self.progress.step + int(rate * max(self.time_budget_s - self.elapsed(), 0.0))
+        return by_time if planned is None else min(planned, by_time)
 
     def restart_clock(self) -> None:
         self.window_start = self.segment_start = time.perf_counter()
@@ -173,6 +197,7 @@ def fit(
     epochs: int | None = None,
     evaluate: Callable[[Any], Mapping[str, Any]] | None = None,
     eval_every: int = 0,
+    save_every: int = 0,
     eval_each_epoch: bool = False,
     checkpoints: CheckpointManager | None = None,
     resume: bool = False,
@@ -197,6 +222,8 @@ def fit(
     once per epoch, has ``len``, and with ``state_dict``/``load_state_dict`` resumes mid-epoch
     (otherwise a run resumed mid-epoch starts the next epoch).
 
+    ``save_every`` saves a checkpoint (without evaluating) every that many steps, so the last
+    ones can be close together for averaging.
     ``evaluate(state) -> {name: value}`` runs every ``eval_every`` steps, after each epoch when
     ``eval_each_epoch``, and at the end; each result is a ``Progress.history`` record (with
     ``step`` and ``epoch``), then a checkpoint is saved (ranked by the manager's
@@ -210,15 +237,19 @@ def fit(
     if (max_steps is None) == (epochs is None):
         raise ValueError("give exactly one of max_steps and epochs")
     main = parallel.is_main_process()
-    loop = _Loop(train_step, loader, max_steps, epochs, evaluate, eval_every, eval_each_epoch,
+    loop = _Loop(train_step, loader, max_steps, epochs, evaluate, eval_every, save_every,
+                 eval_each_epoch,
                  checkpoints, None if time_budget_min is None else 60.0 * time_budget_min,
                  log_every, to_device, initial_carry, count_tokens, on_epoch_end,
                  learning_rate, log or (lambda message: main and tqdm.write(message)))
+    loop.place = place
     if resume and checkpoints is not None and checkpoints.latest_step() is not None:
         state = place(_restore(loop, state))
+    state = _plan_schedule(loop, state)
     bar = tqdm(total=loop.total_steps, initial=min(loop.progress.step, loop.total_steps),
                unit="step", desc=desc, disable=not (main and show_progress),
                dynamic_ncols=True)
+    loop.restart_clock()
     try:
         while not loop.done:
             state = _run_epoch(loop, state, bar)
@@ -247,7 +278,6 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
     """One pass over the loader (or what is left of it); returns the state."""
     progress = loop.progress
     carry = loop.initial_carry() if loop.initial_carry is not None else None
-    loop.restart_clock()
     for batch in loop.loader:
         progress.data_crc32 = _crc32(batch, progress.data_crc32)
         if loop.initial_carry is not None:
@@ -262,16 +292,36 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
             jax.block_until_ready(metrics["loss"])
             progress.compile_s += time.perf_counter() - loop.segment_start
             loop.compiled = True
+            loop.rate_origin = (progress.step, loop.elapsed())
         if progress.step % loop.log_every == 0 or loop.done:
             _log_point(loop, state, bar)
+            state = _plan_schedule(loop, state)
         if loop.done or (loop.eval_due and progress.position < len(loop.loader)):
             state = _evaluate_and_save(loop, state, epoch_end=False)
+        elif loop.save_every and progress.step % loop.save_every == 0:
+            loop.stop_clock(state)   # saving is not training time
+            _save(loop, state, {})
+            loop.restart_clock()
         if loop.done:
             return state
     progress.epoch, progress.position = progress.epoch + 1, 0
     if loop.eval_each_epoch or loop.eval_due or loop.done:
         state = _evaluate_and_save(loop, state, epoch_end=True)
     return state
+
+
+def _plan_schedule(loop: _Loop, state: Any) -> Any:
+    """Tell a budget-aware schedule (``total_steps`` in the optimizer state) where training
+    ends now; other optimizers are left alone."""
+    current = optax.tree_utils.tree_get(state.opt_state, "total_steps")
+    if current is None:
+        return state
+    planned = parallel.main_process_value(loop.planned_steps() or 0)  # one clock decides
+    if not planned or int(current) == planned:
+        return state
+    opt_state = optax.tree_utils.tree_set(state.opt_state,
+                                          total_steps=jnp.float32(max(planned, 1)))
+    return loop.place(state.replace(opt_state=opt_state))
 
 
 def _log_point(loop: _Loop, state: Any, bar: tqdm) -> None:
@@ -306,14 +356,20 @@ def _evaluate_and_save(loop: _Loop, state: Any, *, epoch_end: bool) -> Any:
     loop.log(f"step {progress.step} (epoch {progress.epoch}): " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
         if k not in ("step", "epoch")))
-    if loop.checkpoints is not None:
-        extra = {"progress": progress.to_dict()}
-        if hasattr(loop.loader, "state_dict"):
-            extra["sampler"] = loop.loader.state_dict()
-        metrics = {k: v for k, v in record.items() if isinstance(v, int | float)}
-        loop.checkpoints.save(progress.step, state, extra=extra, metrics=metrics)
+    _save(loop, state, {k: v for k, v in record.items() if isinstance(v, int | float)})
     loop.restart_clock()
     return state
+
+
+def _save(loop: _Loop, state: Any, metrics: dict[str, Any]) -> None:
+    """Checkpoint ``state`` with the loop's progress and the sampler's position (a save
+    without metrics is not ranked for ``best``)."""
+    if loop.checkpoints is None:
+        return
+    extra = {"progress": loop.progress.to_dict()}
+    if hasattr(loop.loader, "state_dict"):
+        extra["sampler"] = loop.loader.state_dict()
+    loop.checkpoints.save(loop.progress.step, state, extra=extra, metrics=metrics)
 
 
 def _crc32(batch: Any, crc: int) -> int:

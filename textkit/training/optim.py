@@ -7,13 +7,15 @@
   policy needs dynamic loss scaling;
 * ``freeze(tx, trainable)``: ``tx`` on the trainable leaves only, zero updates and no state for
   the others (frozen embedding tables);
-* ``max_norm(limit)``: Kim's (2014) l2 constraint on the output layer as the last link.
+* ``max_norm(limit)``: Kim's (2014) l2 constraint on the output layer as the last link;
+* ``ema(decay)``: an exponential moving average of the parameters kept in the optimizer state
+  (so it lives in the train state and its checkpoints); ``ema_params_of`` reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +23,13 @@ import optax
 
 from textkit.precision import Policy, dynamic_loss_scale
 
-__all__ = ["freeze", "learning_rate_of", "max_norm", "with_learning_rate", "with_loss_scaling"]
+__all__ = ["EmaState", "ema", "ema_params_of", "freeze", "learning_rate_of", "max_norm",
+           "with_learning_rate", "with_loss_scaling"]
 
 
 def learning_rate_of(opt_state: optax.OptState) -> float:
     """The ``learning_rate`` injected into ``opt_state`` (``optax.inject_hyperparams``)."""
-    value = optax.tree_utils.tree_get(opt_state, "learning_rate")
+    value = optax.tree_utils.tree_get(opt_state, "learning_rate", filtering=_is_value)
     if value is None:
         raise ValueError("the optimizer state holds no learning_rate: build the optimizer with "
                          "optax.inject_hyperparams (e.g. textkit.tasks.language_model.optimizer)")
@@ -36,11 +39,16 @@ def learning_rate_of(opt_state: optax.OptState) -> float:
 def with_learning_rate(opt_state: optax.OptState, learning_rate: float) -> optax.OptState:
     """``opt_state`` with its injected learning rate set to ``learning_rate`` (same dtype and
     shape, so a jitted step taking this state does not recompile)."""
-    old = optax.tree_utils.tree_get(opt_state, "learning_rate")
+    old = optax.tree_utils.tree_get(opt_state, "learning_rate", filtering=_is_value)
     if old is None:
         raise ValueError("the optimizer state holds no learning_rate to replace")
     new = jnp.asarray(learning_rate, dtype=jnp.asarray(old).dtype)
-    return optax.tree_utils.tree_set(opt_state, learning_rate=new)
+    return optax.tree_utils.tree_set(opt_state, _is_value, learning_rate=new)
+
+
+def _is_value(path: Any, value: Any) -> bool:
+    """A number or array (not the state of a schedule stored under the same name)."""
+    return isinstance(value, jax.Array | float | int) or hasattr(value, "dtype")
 
 
 def with_loss_scaling(optimizer: optax.GradientTransformation,
@@ -86,3 +94,45 @@ def max_norm(limit: float, layer: str = "output") -> optax.GradientTransformatio
         return jax.tree_util.tree_map_with_path(constrain, updates, params)
 
     return optax.stateless(project)
+
+
+class EmaState(NamedTuple):
+    """State of ``ema``: the update count and the averaged parameters (float32)."""
+
+    count: jax.Array   # int32 []
+    ema: Any
+
+
+def ema(decay: float) -> optax.GradientTransformation:
+    """The last link of a chain: updates pass through unchanged, and the state keeps
+    ``ema = d * ema + (1 - d) * (params + updates)`` with ``d = min(decay, (1 + t) / (10 + t))``
+    (a short average early on, ``decay`` later)."""
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"EMA decay must be in [0, 1), got {decay}")
+
+    def init_fn(params: Any) -> EmaState:
+        # a copy, never the params' own buffers (a donating step would donate them twice)
+        return EmaState(jnp.zeros([], jnp.int32), jax.tree_util.tree_map(
+            lambda p: jnp.array(p, dtype=jnp.float32, copy=True), params))
+
+    def update_fn(updates: Any, state: EmaState, params: Any = None):
+        if params is None:
+            raise ValueError("ema needs params: call tx.update(grads, state, params)")
+        step = state.count.astype(jnp.float32)
+        d = jnp.minimum(decay, (1.0 + step) / (10.0 + step))
+        new = jax.tree_util.tree_map(
+            lambda avg, p, u: d * avg + (1.0 - d) * (p.astype(jnp.float32)
+                                                     + u.astype(jnp.float32)),
+            state.ema, params, updates)
+        return updates, EmaState(state.count + 1, new)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def ema_params_of(state: Any) -> Any:
+    """The EMA of ``state.params`` kept by ``ema`` in ``state.opt_state``, cast to the params'
+    dtypes; ``state.params`` when the optimizer keeps no EMA."""
+    found = optax.tree_utils.tree_get(state.opt_state, "ema")
+    if found is None:
+        return state.params
+    return jax.tree_util.tree_map(lambda avg, p: avg.astype(p.dtype), found, state.params)

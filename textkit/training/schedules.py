@@ -1,7 +1,11 @@
-"""Learning-rate schedules built from optax primitives."""
+"""Learning-rate schedules: inverse square root (optax primitives) and a budget-aware
+warm-up-stable-decay whose end can move while training runs."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -23,3 +27,53 @@ def inverse_sqrt_schedule(
         return peak_lr * jnp.sqrt(warmup_steps / step)
 
     return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+class BudgetScheduleState(NamedTuple):
+    """State of ``scale_by_budget_schedule``: the update count, the step at which the rate
+    reaches zero (float32, set by ``fit`` as the budget is converted into steps) and the rate
+    of the last update (read by ``textkit.training.learning_rate_of``)."""
+
+    count: jax.Array          # int32 []
+    total_steps: jax.Array    # float32 []
+    learning_rate: jax.Array  # float32 []
+
+
+def budget_learning_rate(count: jax.Array, total_steps: jax.Array, peak_lr: float,
+                         warmup_steps: int, decay_fraction: float) -> jax.Array:
+    """float32 []: linear warm-up to ``peak_lr`` over ``warmup_steps``, constant, then linear
+    decay to 0 over the last ``decay_fraction`` of ``total_steps`` (warm-up-stable-decay;
+    ``decay_fraction=1`` decays from the first step to the last)."""
+    step = jnp.asarray(count, jnp.float32)
+    total = jnp.maximum(jnp.asarray(total_steps, jnp.float32), 1.0)
+    warm = jnp.minimum(1.0, step / max(warmup_steps, 1))
+    decay = jnp.clip((total - step) / jnp.maximum(decay_fraction * total, 1.0), 0.0, 1.0)
+    return peak_lr * jnp.minimum(warm, decay)
+
+
+def scale_by_budget_schedule(peak_lr: float, warmup_steps: int, total_steps: int,
+                             decay_fraction: float = 0.2) -> optax.GradientTransformation:
+    """Multiply updates by ``-budget_learning_rate(...)`` (use it as the last link, after e.g.
+    ``optax.scale_by_adam``). ``total_steps`` is the initial estimate; the value in the state
+    can be replaced between steps (``optax.tree_utils.tree_set(opt_state, total_steps=...)``,
+    which ``fit`` does to end the decay exactly when a time budget runs out) without
+    recompiling."""
+    if not 0.0 < decay_fraction <= 1.0:
+        raise ValueError(f"decay_fraction must be in (0, 1], got {decay_fraction}")
+    if total_steps < 1 or warmup_steps < 0:
+        raise ValueError(f"need total_steps >= 1 and warmup_steps >= 0, got {total_steps}, "
+                         f"{warmup_steps}")
+
+    def init_fn(params: Any) -> BudgetScheduleState:
+        del params
+        return BudgetScheduleState(jnp.zeros([], jnp.int32), jnp.float32(total_steps),
+                                   jnp.zeros([], jnp.float32))
+
+    def update_fn(updates: Any, state: BudgetScheduleState, params: Any = None):
+        del params
+        lr = budget_learning_rate(state.count, state.total_steps, peak_lr, warmup_steps,
+                                  decay_fraction)
+        updates = jax.tree_util.tree_map(lambda u: (-lr * u).astype(u.dtype), updates)
+        return updates, BudgetScheduleState(state.count + 1, state.total_steps, lr)
+
+    return optax.GradientTransformation(init_fn, update_fn)
