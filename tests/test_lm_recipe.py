@@ -164,3 +164,28 @@ def test_end_to_end_toy_run_resume_and_sample(tmp_path, capsys):
         assert len(words) - 2 + text.count("\n") == 12    # 12 tokens; each <eos> a line break
         assert set(words) <= vocab_words and "<pad>" not in words
     assert "--- sample 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("length,seq_len,stride", [(1, 4, 2), (10, 4, 4), (23, 8, 3), (64, 8, 8)])
+def test_sliding_windows_score_every_token_once(length, seq_len, stride):
+    ids = random_stream(length, seed=length)
+    windows = lm.sliding_windows(ids, seq_len, stride, EOS, PAD)
+    scored = np.concatenate([w["targets"][0][w["mask"][0] > 0] for w in windows])
+    np.testing.assert_array_equal(scored, ids)                  # each once, in order
+    for w in windows:
+        np.testing.assert_array_equal(w["inputs"][0, 1:], w["targets"][0, :-1])
+        assert w["inputs"].shape == (1, seq_len) and w["inputs"].dtype == np.int32
+
+
+def test_sliding_window_evaluation_of_a_transformer_lm():
+    model = get_model("transformer_lm_tiny", vocab_size=VOCAB, pad_id=PAD, dropout=0.0)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    ids = random_stream(50, seed=4)
+    eval_step = lm.make_eval_step(model, excluded_ids=(PAD,))
+    disjoint = stream_nll(eval_step, params, stream_windows(ids, 8, EOS, PAD), None, reset=True)
+    same = stream_nll(eval_step, params, lm.sliding_windows(ids, 8, 8, EOS, PAD), None,
+                      reset=True)
+    strided = stream_nll(eval_step, params, lm.sliding_windows(ids, 8, 2, EOS, PAD), None,
+                         reset=True)
+    assert same == pytest.approx(disjoint, rel=1e-6) and same[1] == strided[1] == 50
+    assert strided[0] != pytest.approx(same[0], rel=1e-4)      # more context, other numbers

@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="precision policy, e.g. float32, mixed_bfloat16, mixed_float16")
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--bptt", type=int, default=35, help="training window length (tokens)")
+    p.add_argument("--eval-stride", type=int, default=None,
+                   help="sliding-window evaluation: windows of --eval-bptt tokens this many "
+                        "apart, each token scored once with >= eval-bptt - stride tokens of "
+                        "context and no carried state (for the Transformer LM)")
     p.add_argument("--eval-bptt", type=int,
                    help="evaluation window (batch size 1, state carried); default --bptt")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
@@ -126,6 +130,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                     **lm.train_step_shardings(mesh, state))
     eval_step = lm.make_eval_step(model, excluded_ids=excluded)
     windows = {s: lm.stream_windows(ids[s], args.eval_bptt, vocab.eos_id, vocab.pad_id)
+               if not args.eval_stride else lm.sliding_windows(
+                   ids[s], args.eval_bptt, args.eval_stride, vocab.eos_id, vocab.pad_id)
                for s in ("valid", "test")}
 
     def decay(state: Any, record: dict[str, Any], history: list[dict[str, Any]]) -> Any:
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                           vocab.pad_id),
         epochs=args.epochs, eval_each_epoch=True, checkpoints=manager, resume=args.resume,
         evaluate=lambda state: {"valid_ppl": lm.evaluate(
-            eval_step, model, state.params, ids["valid"], windows["valid"])["ppl"]},
+            eval_step, model, state.params, ids["valid"], windows["valid"],
+            reset=bool(args.eval_stride))["ppl"]},
         place=lambda state: parallel.replicate(state, mesh), on_epoch_end=decay,
         time_budget_min=args.time_budget_min, log_every=args.log_every,
         initial_carry=lambda: parallel.global_batch(
@@ -155,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         desc=args.model)
     best_state, extra = manager.restore("best", result.state)
     best_record = next(h for h in result.progress.history if h["step"] == manager.best_step())
-    test = lm.evaluate(eval_step, model, best_state.params, ids["test"], windows["test"])
+    test = lm.evaluate(eval_step, model, best_state.params, ids["test"], windows["test"],
+                       reset=bool(args.eval_stride))
     manager.close()
     run.log(f"test perplexity {test['ppl']:.2f} = exp(total NLL {test['nll']:,.1f} / "
             f"{test['tokens']:,.0f} test tokens, every token incl. <eos>) with the epoch-"

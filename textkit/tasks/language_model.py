@@ -58,6 +58,7 @@ __all__ = [
     "next_learning_rate",
     "optimizer",
     "process_rows",
+    "sliding_windows",
     "stream_nll",
     "stream_windows",
     "train_step_shardings",
@@ -187,19 +188,49 @@ def stream_windows(token_ids: np.ndarray, seq_len: int, eos_id: int, pad_id: int
     return BPTTBatches(stream, batch_size=1, seq_len=seq_len, last_batch="keep", pad_id=pad_id)
 
 
+def sliding_windows(token_ids: np.ndarray, seq_len: int, stride: int, eos_id: int,
+                    pad_id: int) -> list[dict[str, np.ndarray]]:
+    """Overlapping windows of ``seq_len`` tokens, ``stride`` apart, that score every token of
+    ``token_ids`` (int ``[N]``) exactly once, each with at least ``seq_len - stride`` tokens of
+    context (the first window scores all of its targets, every later one its last ``stride``).
+    Each window: ``inputs`` / ``targets`` int32 [1, seq_len], ``mask`` float32 [1, seq_len]
+    (padded and masked past the end). For models without a carried state (evaluate every
+    window from a fresh state: ``stream_nll(..., reset=True)``)."""
+    if not 0 < stride <= seq_len:
+        raise ValueError(f"need 0 < stride <= seq_len, got stride {stride}, seq_len {seq_len}")
+    token_ids = np.asarray(token_ids)
+    if token_ids.ndim != 1 or token_ids.size == 0:
+        raise ValueError(f"token_ids must be a non-empty 1-D stream, got shape {token_ids.shape}")
+    stream = np.concatenate([np.asarray([eos_id], np.int32), token_ids.astype(np.int32),
+                             np.full(seq_len, pad_id, np.int32)])
+    windows, start, scored = [], 0, 0    # targets [0, scored) are counted already
+    while scored < token_ids.size:
+        mask = np.zeros(seq_len, np.float32)
+        mask[scored - start:min(seq_len, token_ids.size - start)] = 1.0
+        windows.append({"inputs": stream[None, start:start + seq_len],
+                        "targets": stream[None, start + 1:start + seq_len + 1],
+                        "mask": mask[None]})
+        scored = min(start + seq_len, token_ids.size)
+        start += stride
+    return windows
+
+
 def stream_nll(
     eval_step: Callable[[Any, Mapping[str, Any], Any], tuple[Any, dict[str, Any]]],
     params: Any,
     windows: Iterable[Mapping[str, np.ndarray]],
     carry: Any,
     to_device: Callable[[Mapping[str, np.ndarray]], Any] = lambda batch: batch,
+    reset: bool = False,
 ) -> tuple[float, float]:
     """``(total NLL, target count)`` over consecutive ``windows``, carrying the state from one
-    window into the next (start from ``carry``, e.g. ``model.initial_state(1)``). The
+    window into the next (start from ``carry``, e.g. ``model.initial_state(1)``), or with
+    ``reset`` starting every window from ``carry`` (overlapping ``sliding_windows``). The
     per-window float32 sums are added in float64 on the host."""
     sums = []
+    start = carry
     for batch in windows:
-        carry, metrics = eval_step(params, to_device(batch), carry)
+        carry, metrics = eval_step(params, to_device(batch), start if reset else carry)
         sums.append((metrics["loss_sum"], metrics["tokens"]))
     if not sums:
         raise ValueError("no windows to evaluate")
@@ -208,13 +239,16 @@ def stream_nll(
 
 
 def evaluate(eval_step: Callable, model: Any, params: Any, token_ids: np.ndarray,
-             windows: BPTTBatches) -> dict[str, float]:
+             windows: Iterable[Mapping[str, np.ndarray]],
+             reset: bool = False) -> dict[str, float]:
     """``{"ppl", "nll", "tokens"}`` of ``params`` over the stream ``token_ids`` cut into
-    ``windows`` (``stream_windows``), on this process's first device (every process scores
-    the whole stream itself, on its own copy of ``params``)."""
+    ``windows`` (``stream_windows``, or ``sliding_windows`` with ``reset``), on this process's
+    first device (every process scores the whole stream itself, on its own copy of
+    ``params``)."""
     device = jax.local_devices()[0]
     nll, count = stream_nll(eval_step, parallel.local_copy(params), windows,
-                            model.initial_state(1), lambda batch: jax.device_put(batch, device))
+                            model.initial_state(1), lambda batch: jax.device_put(batch, device),
+                            reset=reset)
     if count != len(token_ids):
         raise RuntimeError(f"scored {count} tokens, expected {len(token_ids)}")
     return {"ppl": perplexity(nll, count), "nll": nll, "tokens": count}
