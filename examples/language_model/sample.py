@@ -6,17 +6,23 @@ and top-p (nucleus) filtering. ``<eos>`` prints as a line break; ``<pad>`` is ne
 
     python examples/language_model/sample.py --checkpoint runs/ptb_small \\
         --prompt "the company said" --length 40 --temperature 0.8 --top-p 0.9
+
+A model with a position limit (Transformer LM ``max_len``) must hold the prompt and the
+continuation: a --length beyond it is refused, a prompt too long for it keeps its last tokens
+(with a warning on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from textkit.decoding import ExcludeTokensStep, model_step_fn, prefill, sample
+from textkit.models import max_positions
 from textkit.tasks import language_model as lm
 from textkit.training import RunDir
 from textkit.vocab import Vocab
@@ -44,6 +50,30 @@ def render(vocab: Vocab, ids: np.ndarray) -> str:
     return "\n".join(line.strip() for line in text.split("\n"))
 
 
+def prompt_ids(vocab: Vocab, model, words: list[str], length: int) -> list[int]:
+    """``<eos>`` + the prompt's ids, checked against the model: ids in its vocabulary, and
+    prompt + ``length`` generated tokens within its positions (the prompt's last tokens are
+    kept, with a warning, when it does not fit; a ``length`` that never fits is an error)."""
+    if length < 1:
+        raise ValueError(f"--length must be >= 1; got {length}")
+    ids = [vocab.eos_id, *vocab.to_ids(words)]
+    size = model.config.input_vocab_size
+    if size is not None and len(vocab) > size:
+        raise ValueError(f"the vocabulary has {len(vocab)} tokens but the model accepts ids "
+                         f"< {size}: vocab.json and the checkpoint do not belong together")
+    limit = max_positions(model)
+    if limit is not None and length + 1 > limit:
+        raise ValueError(f"--length {length} plus one prompt token exceeds the model's "
+                         f"{limit} positions (max_len); use --length <= {limit - 1}")
+    if limit is not None and len(ids) + length > limit:
+        keep = limit - length
+        print(f"warning: the prompt has {len(ids) - 1} tokens but only its last {keep - 1} fit "
+              f"in the model's {limit} positions with --length {length}; using those",
+              file=sys.stderr)
+        ids = [vocab.eos_id, *(ids[1:][-(keep - 1):] if keep > 1 else [])]
+    return ids
+
+
 def generate(args: argparse.Namespace) -> list[str]:
     """The prompt followed by each sample's continuation."""
     run = RunDir(args.checkpoint)
@@ -59,7 +89,7 @@ def generate(args: argparse.Namespace) -> list[str]:
     unknown = [w for w in words if w not in vocab]
     if unknown:
         print(f"not in the vocabulary, read as {vocab.unk_token}: {' '.join(unknown)}")
-    prefix = jnp.asarray([[vocab.eos_id, *vocab.to_ids(words)]], jnp.int32)     # [1, P]
+    prefix = jnp.asarray([prompt_ids(vocab, model, words, args.length)], jnp.int32)  # [1, P]
     step_fn = ExcludeTokensStep(model_step_fn(model), (vocab.pad_id,))
     cache = model.apply({"params": params}, 1, prefix.shape[1] + args.length,
                         method="init_cache")

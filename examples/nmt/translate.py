@@ -8,7 +8,10 @@ training run's --save-dir; the parameters are the ones its test evaluation used 
     python examples/nmt/translate.py --checkpoint runs/nmt_toy --input test.src \\
         --output test.hyp --reference test.tgt --beam-size 4 --alpha 0.6
 
-With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr.
+With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
+longer than the model accepts is truncated with a warning naming its line (--on-long-source
+truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
+the line.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import jax
 from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
+from textkit.decoding.translator import LONG_SOURCE_POLICIES
 from textkit.models import parse_overrides
 from textkit.tasks import translation
 from textkit.training import RunDir
@@ -36,11 +40,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam-size", type=int, default=None, help="default: the training run's")
     p.add_argument("--alpha", type=float, default=None, help="default: the training run's")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
+    p.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
+                   help="a source longer than the model's positions: truncate it (warning "
+                        "naming the line) or stop with an error naming the line")
     return p.parse_args(argv)
+
+
+def read_stdin_lines() -> list[str]:
+    """Lines of stdin read as bytes and decoded as UTF-8 (a leading BOM dropped); bytes that
+    are not UTF-8 raise ``ValueError`` naming the line."""
+    lines = sys.stdin.buffer.read().splitlines()
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            texts.append(line.decode("utf-8-sig" if number == 1 else "utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"<stdin>, line {number}: invalid utf-8 ({err.reason} at byte "
+                             f"{err.start} of the line)") from None
+    return texts
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
     args = parse_args(argv)
+    sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
     run = RunDir(args.checkpoint)
     config = run.read_config()
     src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
@@ -56,11 +78,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         model, src_tok, tgt_tok,
         beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
         alpha=args.alpha if args.alpha is not None else config["alpha"],
-        batch_size=args.batch_size or config["decode_batch_size"])
-    if args.input == "-":
-        sources = sys.stdin.read().splitlines()
-    else:
-        sources = read_lines(args.input)
+        batch_size=args.batch_size or config["decode_batch_size"],
+        on_long_source=args.on_long_source)
     translations = translator.translate(params, sources, progress=args.output != "-")
 
     text = "".join(line + "\n" for line in translations)

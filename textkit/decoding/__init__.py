@@ -16,10 +16,10 @@ from textkit.decoding.contract import (
 )
 from textkit.decoding.filters import ExcludeTokensStep, top_k_top_p
 from textkit.decoding.sampling import greedy_search, sample
-from textkit.decoding.translator import Translator
+from textkit.decoding.translator import LongSourceWarning, Translator
 
 __all__ = [
-    "DecodeOutput", "Encoded", "ExcludeTokensStep", "LanguageModel", "Seq2SeqModel", "StepFn",
-    "StepModel", "Translator", "beam_search", "greedy_search", "length_penalty",
-    "model_step_fn", "prefill", "sample", "top_k_top_p",
+    "DecodeOutput", "Encoded", "ExcludeTokensStep", "LanguageModel", "LongSourceWarning",
+    "Seq2SeqModel", "StepFn", "StepModel", "Translator", "beam_search", "greedy_search",
+    "length_penalty", "model_step_fn", "prefill", "sample", "top_k_top_p",
 ]

@@ -41,6 +41,8 @@ from textkit.decoding.contract import (
     PyTree,
     StepFn,
     batch_size_of,
+    check_decoding,
+    check_max_length,
     length_caps,
     length_penalty,
     repeat_cache,
@@ -95,6 +97,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
       alpha, k: GNMT length penalty ``((k + n) / (k + 1)) ** alpha``.
       n_best: hypotheses returned per row (<= beam_size).
+      Ids (``eos_id``, ``pad_id``, start tokens) must lie in the vocabulary and
+      ``max_length`` >= 1, else ``ValueError`` (``contract.check_decoding``).
       max_lengths: optional int32[B] per-row cap (clipped to [1, ``max_length``]).
       min_length: EOS is not allowed before this many tokens (``= max_length`` suppresses it).
 
@@ -108,11 +112,13 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"need 1 <= n_best <= beam_size; got n_best={n_best}, "
                          f"beam_size={beam_size}")
-    if max_length < 1:
-        raise ValueError(f"max_length must be >= 1; got {max_length}")
+    check_max_length(max_length)
     batch = batch_size_of(cache)
+    start = start_token_array(start_tokens, batch)
+    check_decoding(step_fn, params, cache, start_tokens, start, max_length=max_length,
+                   eos_id=eos_id, pad_id=pad_id)
     return _beam_search(
-        step_fn, params, cache, start_token_array(start_tokens, batch),
+        step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
         jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
         n_best=n_best, pad_id=pad_id)

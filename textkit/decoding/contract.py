@@ -35,6 +35,13 @@ plain function with the same signature works too (the tests use transition table
 int32[B, n, L] (generated tokens only, no start token; the EOS that ended a hypothesis is kept,
 every position after it is ``pad_id``), ``scores`` float32[B, n] best first and ``lengths``
 int32[B, n] (generated tokens including the final EOS).
+
+Every decoder checks its arguments the same way before it runs (``check_decoding``):
+``max_length`` >= 1, and ``eos_id``, ``pad_id`` and the start tokens inside the vocabulary
+(``0 <= id < V``, V read from the step function's log-probs), each a ``ValueError`` naming the
+argument, the id (and the row, for start tokens) and V. A model whose config has
+``max_positions`` also refuses a cache longer than that (``init_cache``); ``Translator`` keeps
+its sources and output caps within it.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from typing import Any, NamedTuple, Protocol, TypedDict, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 PyTree = Any
@@ -201,3 +209,55 @@ def prefill(step_fn: StepFn, params: PyTree, cache: PyTree,
 
     cache, _ = lax.scan(feed, cache, head)
     return cache, prefix[:, -1].astype(jnp.int32)
+
+
+_VOCAB_SIZES: dict[Any, int] = {}
+
+
+def vocab_size_of(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array) -> int:
+    """V of ``step_fn``'s log-probs [N, V] for this cache and start int32[N] (traced abstractly
+    with ``jax.eval_shape``, once per step function and shapes)."""
+    leaves, treedef = jax.tree_util.tree_flatten((params, cache))
+    key = (step_fn, treedef, tuple((jnp.shape(x), str(jnp.result_type(x))) for x in leaves))
+    if key not in _VOCAB_SIZES:
+        if len(_VOCAB_SIZES) > 64:
+            _VOCAB_SIZES.clear()
+        log_probs, _ = jax.eval_shape(step_fn, params, cache, start)
+        _VOCAB_SIZES[key] = int(log_probs.shape[-1])
+    return _VOCAB_SIZES[key]
+
+
+def check_max_length(max_length: int) -> None:
+    """``ValueError`` unless ``max_length`` is an int >= 1."""
+    if isinstance(max_length, bool) or not isinstance(max_length, int | np.integer) \
+            or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1 (tokens to generate); "
+                         f"got {max_length!r}")
+
+
+def check_decoding(step_fn: StepFn, params: PyTree, cache: PyTree,
+                   start_tokens: int | jax.Array, start: jax.Array, *, max_length: int,
+                   eos_id: int, pad_id: int) -> int:
+    """Check a decoder's arguments; returns the vocabulary size V.
+
+    ``eos_id``, ``pad_id`` and ``start_tokens`` (an int, or int32[B] as given; ``start`` is
+    its int32[B] form) must lie in ``[0, V)``. Start tokens traced inside an outer ``jit``
+    cannot be read and are not checked.
+    """
+    check_max_length(max_length)
+    vocab = vocab_size_of(step_fn, params, cache, start)
+    for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) \
+                or not 0 <= value < vocab:
+            raise ValueError(f"{name}={value!r} is outside the vocabulary: the step function's "
+                             f"log-probs have V={vocab} entries (expected 0 <= {name} < {vocab})")
+    if isinstance(start_tokens, jax.core.Tracer):
+        return vocab
+    ids = np.asarray(start_tokens)
+    bad = np.flatnonzero((ids < 0) | (ids >= vocab))
+    if bad.size:
+        where = f"[{bad[0]}] (batch row {bad[0]})" if ids.ndim else ""
+        value = ids.reshape(-1)[bad[0]]
+        raise ValueError(f"start_tokens{where} = {value} is outside the vocabulary: expected "
+                         f"0 <= id < {vocab} ({bad.size} such row(s))")
+    return vocab

@@ -22,6 +22,8 @@ from textkit.decoding.contract import (
     PyTree,
     StepFn,
     batch_size_of,
+    check_decoding,
+    check_max_length,
     length_caps,
     repeat_cache,
     start_token_array,
@@ -88,15 +90,29 @@ def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
     return jnp.argmax(log_probs, axis=-1)
 
 
+def _checked_start(step_fn: StepFn, params: PyTree, cache: PyTree,
+                   start_tokens: int | jax.Array, max_length: int, eos_id: int,
+                   pad_id: int) -> jax.Array:
+    """Start tokens as int32[B], after ``check_decoding`` (the same checks as beam search)."""
+    check_max_length(max_length)
+    start = start_token_array(start_tokens, batch_size_of(cache))
+    check_decoding(step_fn, params, cache, start_tokens, start, max_length=max_length,
+                   eos_id=eos_id, pad_id=pad_id)
+    return start
+
+
 def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                   max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
                   pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
     """Argmax decoding of B rows (arguments as ``beam_search``).
 
+    Ids and ``max_length`` are checked as in ``beam_search`` (``ValueError``).
+
     Returns DecodeOutput(tokens int32[B, 1, L], scores float32[B, 1], lengths int32[B, 1]).
     """
-    batch = batch_size_of(cache)
-    return _decode(step_fn, params, cache, start_token_array(start_tokens, batch),
+    start = _checked_start(step_fn, params, cache, start_tokens, max_length, eos_id, pad_id)
+    batch = start.shape[0]
+    return _decode(step_fn, params, cache, start,
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
                    jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
                    eos_id=eos_id, pad_id=pad_id)
@@ -136,8 +152,11 @@ def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | j
                          f"got {temperature}")
     if top_k < 0 or not 0.0 < top_p <= 1.0:
         raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1; got top_k={top_k}, top_p={top_p}")
-    batch = batch_size_of(cache)
-    return _decode(step_fn, params, cache, start_token_array(start_tokens, batch),
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1; got {num_samples!r}")
+    start = _checked_start(step_fn, params, cache, start_tokens, max_length, eos_id, pad_id)
+    batch = start.shape[0]
+    return _decode(step_fn, params, cache, start,
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length), rng,
                    sampling=(float(temperature), int(top_k), float(top_p)),
                    num_samples=num_samples, max_length=max_length, eos_id=eos_id,

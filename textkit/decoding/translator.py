@@ -5,12 +5,20 @@ to ``batch_size`` rows (dummy rows are all padding) and to a source length round
 of ``bucket_round_to``. Encoding, cache set-up and beam search run as one compiled program per
 (source length, output length) shape, so a whole test set compiles a handful of programs. Results
 come back in input order, detokenized by the target tokenizer.
+
+What the model accepts is read from its config where it says (``max_positions``,
+``input_vocab_size``): a source id outside the source vocabulary is a ``ValueError`` naming
+the line (1-based) and the id; a source longer than ``max_positions`` (or ``max_source_length``,
+for models without a limit) is truncated to it with one ``LongSourceWarning`` naming the lines
+(``on_long_source="truncate"``, the default) or refused with a ``ValueError`` naming the first
+such line (``"error"``); output caps never exceed ``max_positions`` either.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -23,6 +31,11 @@ from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import DecodeOutput, PyTree, Seq2SeqModel, model_step_fn
 
 MaxLength = int | Callable[[int], int]
+LONG_SOURCE_POLICIES = ("truncate", "error")
+
+
+class LongSourceWarning(UserWarning):
+    """Sources longer than the model accepts were truncated (the message names the lines)."""
 
 
 class Tokenizer(Protocol):
@@ -88,16 +101,37 @@ class Translator:
       bucket_round_to: source lengths are padded up to a multiple of this.
       src_append_eos: append the source tokenizer's EOS to every source (for models trained
         on sources ending in EOS; textkit's batch convention has none).
+      on_long_source: "truncate" (keep the first ``source_limit`` tokens, EOS included, and
+        warn naming the lines) or "error" (``ValueError`` naming the first long line).
+      max_source_length: optional cap on source tokens for models without a position limit
+        (GNMT); ``source_limit`` is the smaller of it and the model's ``max_positions``.
     """
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
                  tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6,
                  k: float = 5.0, max_length: MaxLength = default_max_length,
                  batch_size: int = 32, bucket_round_to: int = 8,
-                 src_append_eos: bool = False) -> None:
+                 src_append_eos: bool = False, on_long_source: str = "truncate",
+                 max_source_length: int | None = None) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
+        if on_long_source not in LONG_SOURCE_POLICIES:
+            raise ValueError(f"on_long_source={on_long_source!r}; expected one of "
+                             f"{LONG_SOURCE_POLICIES}")
+        if not callable(max_length) and int(max_length) < 1:
+            raise ValueError(f"max_length must be >= 1 or a function; got {max_length!r}")
+        self.on_long_source = on_long_source
+        config = getattr(model, "config", None)
+        self.max_positions: int | None = getattr(config, "max_positions", None)
+        """Longest source and output the model accepts (None: unlimited)."""
+        self.src_vocab_size: int | None = getattr(config, "input_vocab_size", None)
+        limits = [n for n in (self.max_positions, max_source_length) if n is not None]
+        self.source_limit: int | None = min(limits) if limits else None
+        """Most source tokens (EOS included) a batch row gets (None: unlimited)."""
+        if self.source_limit is not None and self.source_limit < 1 + src_append_eos:
+            raise ValueError(f"max_source_length={max_source_length} leaves no room for a "
+                             f"source token")
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.beam_size, self.alpha, self.k = beam_size, alpha, k
@@ -126,8 +160,11 @@ class Translator:
 
     def translate_ids(self, params: PyTree, sources: Sequence[Sequence[int]], *,
                       progress: bool = False) -> list[list[int]]:
-        """Best hypothesis (ids, final EOS removed) for every source id list, in input order."""
-        sources = [list(s) + ([self.src_eos_id] if self.src_append_eos else []) for s in sources]
+        """Best hypothesis (ids, final EOS removed) for every source id list, in input order.
+
+        Sources are checked first (``check_sources``): ids in the source vocabulary, lengths
+        within ``source_limit`` by the ``on_long_source`` policy."""
+        sources = self.check_sources(sources)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[int]] = [[] for _ in sources]
         groups = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -140,19 +177,56 @@ class Translator:
                   f"{len(self.compiled_shapes)} batch shapes")
         return results
 
+    def check_sources(self, sources: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Source id lists as the model gets them (EOS appended if asked), each checked.
+
+        An id outside ``[0, src vocab)`` is a ``ValueError`` naming the line (1-based); a
+        source over ``source_limit`` tokens is truncated (one ``LongSourceWarning`` naming the
+        lines) or refused (``ValueError``) by ``on_long_source``."""
+        eos = [self.src_eos_id] if self.src_append_eos else []
+        limit, long_lines, checked = self.source_limit, [], []
+        for number, source in enumerate(sources, start=1):
+            ids = [int(i) for i in source]
+            bad = [i for i in ids if i < 0 or (self.src_vocab_size is not None
+                                                and i >= self.src_vocab_size)]
+            if bad:
+                raise ValueError(f"line {number}: source id {bad[0]} is outside the model's "
+                                 f"source vocabulary (expected 0 <= id < {self.src_vocab_size}"
+                                 f"); do the tokenizer and the model belong together?")
+            ids += eos
+            if limit is not None and len(ids) > limit:
+                if self.on_long_source == "error":
+                    raise ValueError(f"line {number}: the source has {len(ids)} tokens but the "
+                                     f"model accepts at most {limit} (on_long_source='error')")
+                long_lines.append((number, len(ids)))
+                ids = ids[:limit - len(eos)] + eos
+            checked.append(ids)
+        if long_lines:
+            shown = ", ".join(f"{n} ({length} tokens)" for n, length in long_lines[:20])
+            more = f" and {len(long_lines) - 20} more" if len(long_lines) > 20 else ""
+            warnings.warn(f"{len(long_lines)} source line(s) longer than the {limit} tokens the "
+                          f"model accepts were truncated to {limit} tokens: line {shown}{more}",
+                          LongSourceWarning, stacklevel=3)
+        return checked
+
     @property
     def src_eos_id(self) -> int:
         return _special(self.src_tokenizer, "eos_id", "source")
 
     def _output_length(self, src_length: int) -> int:
+        """Output cap for a source of ``src_length`` tokens, within ``max_positions``."""
         if callable(self.max_length):
-            return max(1, int(self.max_length(src_length)))
-        return int(self.max_length)
+            length = max(1, int(self.max_length(src_length)))
+        else:
+            length = int(self.max_length)
+        return length if self.max_positions is None else min(length, self.max_positions)
 
     def _translate_group(self, params: PyTree, group: list[list[int]]) -> list[list[int]]:
         """Decode up to ``batch_size`` sources as one fixed-shape batch."""
         longest = max(1, max(len(s) for s in group))
         src_length = math.ceil(longest / self.bucket_round_to) * self.bucket_round_to
+        if self.source_limit is not None:
+            src_length = min(src_length, self.source_limit)
         max_length = self._output_length(src_length)
         src_tokens = np.full((self.batch_size, src_length), self.src_pad_id, np.int32)
         caps = np.ones((self.batch_size,), np.int32)   # dummy rows stop after one token

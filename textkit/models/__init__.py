@@ -9,7 +9,7 @@ import importlib
 import warnings
 
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
-from textkit.models.config import ModelConfig, parse_overrides
+from textkit.models.config import ModelConfig, max_positions, parse_overrides
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
 from textkit.models.registry import get_model, list_models, register_model, register_preset
@@ -20,8 +20,8 @@ __all__ = [
     "AWDLSTMLM", "AWDLSTMLMConfig", "DecodeOutput", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
     "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "Translator",
-    "beam_search", "get_model", "greedy_search", "length_penalty", "list_models", "model_step_fn",
-    "parse_overrides", "prefill", "register_model", "register_preset", "sample",
+    "beam_search", "get_model", "greedy_search", "length_penalty", "list_models", "max_positions",
+    "model_step_fn", "parse_overrides", "prefill", "register_model", "register_preset", "sample",
 ]
 
 _MOVED_TO_DECODING = ("DecodeOutput", "Translator", "beam_search", "greedy_search",

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from textkit.models.config import ModelConfig
-from textkit.models.layers import Dense, Dropout, mixed_einsum, uniform_init
+from textkit.models.layers import Dense, Dropout, lookup, mixed_einsum, uniform_init
 from textkit.models.registry import register_preset
 from textkit.precision import Policy, mask_value
 
@@ -69,6 +69,11 @@ class _ClassifierConfig(ModelConfig):
     def _validate(self) -> None:
         if self.vocab_size <= 0 or self.embed_dim <= 0 or self.num_classes < 2:
             raise ValueError(f"need vocab_size > 0, embed_dim > 0, num_classes >= 2; got {self}")
+
+    @property
+    def output_vocab_size(self) -> None:
+        """None: a classifier predicts ``num_classes`` labels, no tokens."""
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,10 +124,10 @@ class EmbeddingChannels(nn.Module):
         channels = []
         if self.mode in ("static", "multichannel"):
             table = self.param(FROZEN, init, shape, self.policy.param_dtype)
-            channels.append(jnp.take(jax.lax.stop_gradient(table), tokens, axis=0))
+            channels.append(lookup(jax.lax.stop_gradient(table), tokens))
         if self.mode in ("rand", "non-static", "multichannel"):
             table = self.param(TUNED, init, shape, self.policy.param_dtype)
-            channels.append(jnp.take(table, tokens, axis=0))
+            channels.append(lookup(table, tokens))
         x = jnp.concatenate(channels, axis=-1).astype(self.policy.compute_dtype)  # [B,T,C*D]
         return x * (tokens != self.pad_id)[..., None].astype(x.dtype)
 

@@ -13,6 +13,12 @@ and ``policy`` (keyword-only, so they follow the model's own fields; a ``policy`
 
         def _validate(self) -> None:                # any other check; raise ValueError
             ...
+
+What a model accepts is on its config: ``max_positions`` (tokens per row, None: unlimited),
+``input_vocab_size`` / ``output_vocab_size`` (ids must lie in ``[0, size)``);
+``max_positions(model)`` reads the first for any model. Model entry points refuse a static
+length above ``max_positions`` with a ``ValueError`` at trace time (``check_length``); ids are
+data, checked where they are concrete (see ``textkit.models.layers.lookup``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, ClassVar
 
 from textkit.precision import Policy
 
-__all__ = ["ModelConfig", "parse_overrides"]
+__all__ = ["ModelConfig", "max_positions", "parse_overrides"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,46 @@ class ModelConfig:
 
     def _validate(self) -> None:
         """Checks beyond rates and choices (a subclass overrides it; raise ValueError)."""
+
+    @property
+    def max_positions(self) -> int | None:
+        """Most tokens per row an input or a decoding cache may hold; None: no limit."""
+        return None
+
+    @property
+    def input_vocab_size(self) -> int | None:
+        """Ids the (source) input accepts are ``0 <= id < input_vocab_size``."""
+        return _first_field(self, "src_vocab_size", "vocab_size")
+
+    @property
+    def output_vocab_size(self) -> int | None:
+        """Size of the predicted distribution over (target) tokens; decoder inputs are target
+        ids in the same range. None for a model that predicts no tokens."""
+        return _first_field(self, "tgt_vocab_size", "vocab_size")
+
+    def check_length(self, length: int, what: str) -> None:
+        """Raise ``ValueError`` if ``length`` (a static size) exceeds ``max_positions``."""
+        limit = self.max_positions
+        if limit is not None and length > limit:
+            raise ValueError(
+                f"{what} has {length} positions but {type(self).__name__} accepts at most "
+                f"max_len={limit}: shorten the input (e.g. a smaller --max-length) or build "
+                f"the model with a larger max_len")
+
+
+def _first_field(config: ModelConfig, *names: str) -> int | None:
+    for name in names:
+        if hasattr(config, name):
+            return int(getattr(config, name))
+    return None
+
+
+def max_positions(model: Any) -> int | None:
+    """Most tokens per row ``model`` (or its config) accepts, source and target alike;
+    None when unlimited (recurrent models). Recipes refuse a ``--max-length`` above it."""
+    config = getattr(model, "config", model)
+    limit = getattr(config, "max_positions", None)
+    return None if limit is None else int(limit)
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.config import ModelConfig
-from textkit.models.layers import Dense, Dropout, log_softmax, mixed_einsum, uniform_init
+from textkit.models.layers import Dense, Dropout, log_softmax, lookup, mixed_einsum, uniform_init
 from textkit.models.registry import register_preset
 from textkit.models.rnn import LSTM, BidirectionalLSTM, LSTMState, zero_state
 from textkit.precision import Policy, mask_value
@@ -124,7 +124,7 @@ class GNMT(nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def _embed(self, table: jax.Array, tokens: jax.Array) -> jax.Array:
-        return jnp.take(table, tokens, axis=0).astype(self.config.policy.compute_dtype)
+        return lookup(table, tokens).astype(self.config.policy.compute_dtype)
 
     def encode(self, src_tokens: jax.Array, *, deterministic: bool = True) -> dict[str, jax.Array]:
         """``src_tokens`` int32 ``[B,S]`` -> ``{"memory": [B,S,Dm] compute dtype (zero at

@@ -149,10 +149,39 @@ class Dense(nn.Module):
         return y
 
 
+def check_ids(ids: np.ndarray, size: int, what: str = "token ids",
+              bound: str = "the vocabulary") -> None:
+    """Raise ``ValueError`` naming the first entry of ``ids`` int[...] outside ``[0, size)``
+    (its index: the sample, then the position), the accepted range and what bounds it."""
+    ids = np.asarray(ids)
+    bad = (ids < 0) | (ids >= size)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"[{', '.join(map(str, index))}]" if index else ""
+        raise ValueError(f"{what}{where} = {int(ids[index])} is outside {bound}: "
+                         f"expected 0 <= value < {size} ({int(bad.sum())} such value(s))")
+
+
+def lookup(table: Array, ids: Array, what: str = "token ids",
+           bound: str = "the vocabulary") -> Array:
+    """Rows of ``table`` [N, ...] at ``ids`` int[...] -> [*ids.shape, ...] in the table's dtype.
+
+    Ids must lie in ``[0, N)``. Concrete ids (``model.apply`` outside ``jit``) are checked here
+    (``check_ids``: a ``ValueError`` naming the sample and position). Traced ids cannot be
+    checked: an out-of-range one reads a NaN row (``jnp.take``'s fill mode, kept on purpose so
+    that a loss over it is non-finite and stops training instead of being silently wrong).
+    Check ids on the host where text becomes ids; positions are bounded by ``max_len`` checks.
+    """
+    if not isinstance(ids, jax.core.Tracer):
+        check_ids(np.asarray(ids), table.shape[0], what, bound)
+    return jnp.take(table, ids, axis=0, mode="fill")
+
+
 class Embed(nn.Module):
     """Token embedding with an ``attend`` method for tied output logits.
 
-    ``__call__(ids int[...]) -> float32 [..., features]`` (optionally times sqrt(features));
+    ``__call__(ids int[...]) -> float32 [..., features]`` (optionally times sqrt(features); ids
+    in ``[0, num_embeddings)``, see ``lookup``);
     ``attend(x float[..., features]) -> float32 [..., num_embeddings]`` computed in the compute
     dtype with float32 accumulation. The table [num_embeddings, features] is in param dtype,
     initialised N(0, features**-0.5).
@@ -169,7 +198,7 @@ class Embed(nn.Module):
                                     self.policy.param_dtype)
 
     def __call__(self, ids: Array) -> Array:
-        x = jnp.take(self.embedding, ids, axis=0).astype(jnp.float32)
+        x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
         if self.scale_by_sqrt_dim:
             x = x * np.float32(np.sqrt(self.features))
         return x
@@ -236,7 +265,8 @@ class PositionEmbedding(nn.Module):
                              f"{POSITION_KINDS}")
 
     def __call__(self, x: Array, positions: Array) -> Array:
-        return x + jnp.take(self.table, positions, axis=0).astype(jnp.float32)
+        rows = lookup(self.table, positions, "positions", "the max_len positions")
+        return x + rows.astype(jnp.float32)
 
 
 _UNIFORM_LEVELS = 2 ** 16

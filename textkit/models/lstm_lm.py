@@ -29,7 +29,15 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.config import ModelConfig
-from textkit.models.layers import Dense, Dropout, dropout, log_softmax, mixed_einsum, uniform_init
+from textkit.models.layers import (
+    Dense,
+    Dropout,
+    dropout,
+    log_softmax,
+    lookup,
+    mixed_einsum,
+    uniform_init,
+)
 from textkit.models.registry import register_preset
 from textkit.models.rnn import LSTM, LSTMState, zero_state
 
@@ -152,7 +160,7 @@ class LSTMLM(_RecurrentLM):
     config: LSTMLMConfig
 
     def _embed(self, embedding: jax.Array, tokens: jax.Array, deterministic: bool) -> jax.Array:
-        x = jnp.take(embedding, tokens, axis=0).astype(self.config.policy.compute_dtype)
+        x = lookup(embedding, tokens).astype(self.config.policy.compute_dtype)
         return Dropout(self.config.dropout)(x, deterministic=deterministic)
 
     def _layer_dropout(self, index: int) -> Dropout:
@@ -167,13 +175,13 @@ class AWDLSTMLM(_RecurrentLM):
     def _dropped_embedding(self, embedding: jax.Array, tokens: jax.Array,
                            deterministic: bool) -> jax.Array:
         """Embedding lookup that drops whole word types (same type -> same decision)."""
-        x = jnp.take(embedding, tokens, axis=0).astype(self.config.policy.compute_dtype)
+        x = lookup(embedding, tokens).astype(self.config.policy.compute_dtype)
         rate = self.config.embedding_dropout
         if deterministic or rate == 0.0:
             return x
         # One inverted-dropout decision per vocabulary row: 0 or 1 / keep.
         scale = dropout(jnp.ones((embedding.shape[0],), x.dtype), rate, self.make_rng("dropout"))
-        return x * jnp.take(scale, tokens, axis=0)[..., None]
+        return x * jnp.take(scale, tokens, axis=0, mode="fill")[..., None]
 
     def _embed(self, embedding: jax.Array, tokens: jax.Array, deterministic: bool) -> jax.Array:
         """Dropped embedding, then locked dropout: one mask per sequence and feature, shared

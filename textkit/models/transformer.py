@@ -8,6 +8,10 @@ A ``Seq2SeqModel`` of the decoding contract (``textkit.decoding.contract``), all
     cache = model.apply(v, encoded, src_tokens, max_length, method="init_cache")
     log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
 
+Sources, targets and decoding caches hold at most ``config.max_len`` positions: a longer static
+length is a ``ValueError`` at trace time (``ModelConfig.check_length``). Token ids must lie in
+``[0, vocab size)`` (see ``textkit.models.layers.lookup``).
+
 Source padding (``pad_id``) is masked out of every attention over the source. The decoder's
 self-attention is causal only: targets are right-padded, so a real position never sees a pad.
 Residual stream, layer norm, softmax and logits are float32; matmuls run in the policy's compute
@@ -63,6 +67,15 @@ class TransformerStackConfig(ModelConfig):
     positions: str = "sinusoidal"
     max_len: int = 1024
 
+    def _validate(self) -> None:
+        if self.max_len < 1:
+            raise ValueError(f"{type(self).__name__}.max_len={self.max_len}; expected >= 1")
+
+    @property
+    def max_positions(self) -> int:
+        """``max_len``: the longest source, target or decoding cache the model accepts."""
+        return self.max_len
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig(TransformerStackConfig):
@@ -78,6 +91,7 @@ class TransformerConfig(TransformerStackConfig):
     num_decoder_layers: int = 6
 
     def _validate(self) -> None:
+        super()._validate()
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -191,6 +205,7 @@ class Transformer(nn.Module):
         """src_tokens int32[B, S] -> ``{"memory": [B, S, D] in the policy's output dtype,
         "src_mask": bool[B, S]}`` (the contract's ``Encoded``)."""
         c = self.config
+        c.check_length(src_tokens.shape[1], "src_tokens")
         positions = jnp.broadcast_to(jnp.arange(src_tokens.shape[1]), src_tokens.shape)
         x = self.src_positions(self.src_embed(src_tokens), positions)
         x = self.drop(x, deterministic=deterministic)
@@ -212,6 +227,7 @@ class Transformer(nn.Module):
     def decode(self, memory: Array, src_tokens: Array, tgt_input: Array, *,
                deterministic: bool = True) -> Array:
         """Teacher-forced decoder: tgt_input int32[B, T] -> logits float32[B, T, V]."""
+        self.config.check_length(tgt_input.shape[1], "tgt_input")
         positions = jnp.broadcast_to(jnp.arange(tgt_input.shape[1]), tgt_input.shape)
         x = self.tgt_positions(self._target_embed()(tgt_input), positions)
         x = self.drop(x, deterministic=deterministic)
@@ -237,6 +253,7 @@ class Transformer(nn.Module):
         [B, H, S, Dh]}}`` (keys/values heads-major in the compute dtype; the memory is projected
         here once, not at every step).
         """
+        self.config.check_length(max_length, "the decoding cache (max_length)")
         batch_size = src_tokens.shape[0]
         layers = []
         for layer in self.decoder_layers:

@@ -8,6 +8,9 @@ A ``LanguageModel`` of the decoding contract (``textkit.decoding.contract``), th
     cache = model.apply(v, batch_size, max_length, method="init_cache")
     log_probs, cache = model.apply(v, cache, tokens, method="decode_step")  # f32 [B, V]
 
+Windows and decoding caches hold at most ``config.max_len`` positions (a ``ValueError`` at trace
+time beyond it); token ids must lie in ``[0, vocab_size)``.
+
 ``state`` exists for parity with the recurrent LMs and is always None: a window attends causally
 within itself only. Layers are ``textkit.models.transformer.TransformerLayer`` without
 cross-attention; precision follows ``textkit.models.layers``.
@@ -78,6 +81,7 @@ class TransformerLM(nn.Module):
         """tokens int32[B, T] -> (logits float32[B, T, V], None)."""
         if state is not None:
             raise ValueError("TransformerLM carries no state between windows; pass state=None")
+        self.config.check_length(tokens.shape[1], "tokens")
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
         x = self.drop(self.positions(self.embed(tokens), positions), deterministic=deterministic)
         mask = causal_mask(tokens.shape[1])
@@ -88,6 +92,7 @@ class TransformerLM(nn.Module):
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
         """Empty cache: ``{"position": int32[B], "layers": tuple of {"key", "value":
         [B, H, max_length, Dh] (heads-major) in the compute dtype}}``."""
+        self.config.check_length(max_length, "the decoding cache (max_length)")
         return {"position": jnp.zeros((batch_size,), jnp.int32),
                 "layers": tuple(layer.init_cache(batch_size, max_length)
                                 for layer in self.layers)}
