@@ -126,3 +126,9 @@ def test_sentiment_recipe_refuses_to_overwrite_a_finished_run(tmp_path):
     with pytest.raises(SystemExit, match="--overwrite"):
         script.main(args)
     script.main([*args, "--overwrite"])
+
+
+def test_nmt_recipe_refuses_a_max_length_above_the_model_positions(tmp_path):
+    with pytest.raises(SystemExit, match="--max-length 600 is above the 256 positions"):
+        nmt_script().main(["--max-length", "600", "--save-dir", str(tmp_path)])
+    assert not (tmp_path / "spm.model").exists()

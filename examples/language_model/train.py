@@ -42,10 +42,8 @@ import jax
 from textkit import parallel
 from textkit.models import list_models
 from textkit.tasks import language_model as lm
-from textkit.training import RunDir, create_train_state, fit
+from textkit.training import create_train_state, fit, launch
 from textkit.training.optim import learning_rate_of, with_learning_rate
-
-LAUNCH_KEYS = ("resume", *parallel.LAUNCH_ARGS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -98,12 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
-    mesh = parallel.make_mesh()
-    run = RunDir(args.save_dir, main_process=parallel.is_main_process())
-    config = {k: v for k, v in vars(args).items() if k not in LAUNCH_KEYS}
-    run.open(config, resume=args.resume, check=[k for k in config if k not in (
-        "epochs", "time_budget_min", "log_every")])
+    run, mesh, config = launch(args, check=[k for k in vars(args) if k not in (   # first JAX
+        "epochs", "time_budget_min", "log_every", "resume", *parallel.LAUNCH_ARGS)])
     run.log(f"{jax.device_count()} device(s) in {jax.process_count()} process(es)")
     parallel.per_process(args.batch_size, "--batch-size")
     corpora = lm.load_corpora(args.dataset, args.data_dir, toy_sentences=args.toy_sentences,

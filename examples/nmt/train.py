@@ -38,6 +38,7 @@ from textkit.training import (
     create_train_state,
     ema_params_of,
     fit,
+    launch,
     learning_rate_of,
     make_train_step,
 )
@@ -46,8 +47,6 @@ from textkit.training import (
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
                "spm_model_type", "joint_spm", "max_length", "model", "model_overrides",
                "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "seed")
-# launch settings: not part of the run's configuration
-LAUNCH_KEYS = ("resume", *parallel.LAUNCH_ARGS)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -148,11 +147,9 @@ def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    parallel.initialize(args.coordinator, args.num_processes, args.process_id)  # first JAX call
-    mesh = parallel.make_mesh()
-    run = RunDir(args.save_dir, main_process=parallel.is_main_process())
-    config = {k: v for k, v in vars(args).items() if k not in LAUNCH_KEYS}
-    run.open(config, resume=args.resume, check=RESUME_KEYS)
+    run, mesh, config = launch(args, check=RESUME_KEYS)   # the first JAX call
+    translation.check_max_length(args.model, parse_overrides(args.model_overrides),
+                                 args.max_length)
     train_pairs, valid_pairs, test_pairs = (translation.load_pairs(
         args.dataset, split, data_dir=args.data_dir, src_lang=args.src_lang,
         tgt_lang=args.tgt_lang, toy_sizes=args.toy_sizes.split(","), seed=args.seed)
@@ -189,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     train_step = make_train_step(translation.make_loss(model, args.label_smoothing), optimizer,
                                  **parallel.train_step_shardings(mesh, state))
     translator = Translator(model, src_tok, tgt_tok, beam_size=args.beam_size,
-                            alpha=args.alpha, batch_size=args.decode_batch_size)
+                            alpha=args.alpha, batch_size=args.decode_batch_size,
+                            max_source_length=args.max_length)  # longer lines: truncated
 
     def bleu(params: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:
         """Every process decodes everything itself, on its own copy of ``params``."""

@@ -35,7 +35,7 @@ from textkit.data import (
     get_dataset,
     toy_translation,
 )
-from textkit.models import get_model
+from textkit.models import get_model, max_positions
 from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.losses import cross_entropy
@@ -49,6 +49,7 @@ __all__ = [
     "Seq2SeqBatchify",
     "bleu_scores",
     "build_model",
+    "check_max_length",
     "choose_final",
     "count_tokens",
     "encode_pairs",
@@ -248,6 +249,18 @@ def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: 
         raise ValueError(f"model {name!r} has no config field(s) {unknown}; "
                          f"its fields are {sorted(fields)}")
     return get_model(name, **wanted)
+
+
+def check_max_length(name: str, overrides: Mapping[str, Any], max_length: int) -> None:
+    """Refuse (``SystemExit``) a ``--max-length`` above the positions the preset ``name`` with
+    ``overrides`` accepts, at start-up (before any data is read): such pairs would otherwise
+    fail at their first batch."""
+    limit = max_positions(get_model(name, **{"src_vocab_size": 8, "tgt_vocab_size": 8,
+                                             "pad_id": 0, **overrides}))
+    if limit is not None and max_length > limit:
+        raise SystemExit(f"--max-length {max_length} is above the {limit} positions the model "
+                         f"accepts (its max_len): pass --max-length {limit} or less, or a "
+                         f"model with more positions (--model-overrides max_len=...)")
 
 
 def init_params(model: Any, rng: jax.Array) -> Any:

@@ -22,7 +22,7 @@ from textkit.training.optim import (
     with_learning_rate,
     with_loss_scaling,
 )
-from textkit.training.run_dir import RunDir
+from textkit.training.run_dir import RunDir, launch
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 from textkit.training.train_step import (
     CompiledStep,
@@ -35,7 +35,7 @@ from textkit.training.train_step import (
 __all__ = [
     "CheckpointManager", "CompiledStep", "FitResult", "Progress", "RunDir", "TrainState",
     "average_checkpoints", "corpus_bleu", "create_train_state", "cross_entropy", "ema",
-    "ema_params_of", "fit", "freeze", "inverse_sqrt_schedule", "learning_rate_of",
+    "ema_params_of", "fit", "freeze", "inverse_sqrt_schedule", "launch", "learning_rate_of",
     "make_eval_step", "make_train_step", "max_norm", "perplexity", "scale_by_budget_schedule",
     "smoothing_entropy", "with_learning_rate", "with_loss_scaling",
 ]

@@ -26,10 +26,26 @@ from typing import Any
 import jax
 from tqdm import tqdm
 
+from textkit import parallel
 from textkit._io import write_json_atomic, write_text_atomic
 from textkit.training.checkpoint import CheckpointManager
 
-__all__ = ["RunDir"]
+__all__ = ["RunDir", "launch"]
+
+
+def launch(args: Any, *, check: Iterable[str] | None = None,
+           ) -> tuple[RunDir, jax.sharding.Mesh, dict[str, Any]]:
+    """A recipe's start: join the other processes (``args.coordinator``, ``num_processes``,
+    ``process_id``: the first JAX call), build the device mesh, and open ``args.save_dir``
+    (``RunDir.open`` with ``args.resume``). Returns ``(run, mesh, config)``; ``config`` is
+    ``vars(args)`` without the launch settings."""
+    parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+    mesh = parallel.make_mesh()
+    run = RunDir(args.save_dir, main_process=parallel.is_main_process())
+    config = {k: v for k, v in vars(args).items()
+              if k not in ("resume", *parallel.LAUNCH_ARGS)}
+    run.open(config, resume=args.resume, check=check)
+    return run, mesh, config
 
 
 @dataclasses.dataclass
@@ -96,7 +112,15 @@ class RunDir:
         if not self.config_path.is_file():
             raise FileNotFoundError(f"{self.config_path} does not exist: is {self.root} the "
                                     "--save-dir of a training run?")
-        return json.loads(self.config_path.read_text(encoding="utf-8"))
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{self.config_path} is not valid JSON ({err}): the file is "
+                             "damaged or truncated") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{self.config_path} holds a JSON {type(config).__name__}, not "
+                             "an object of settings")
+        return config
 
     def log(self, message: str) -> None:
         """Print ``message`` (through tqdm, so bars stay intact) and append it to
