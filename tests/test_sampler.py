@@ -350,3 +350,14 @@ def test_batch_behaves_like_a_list_of_indices():
     assert all(type(i) is int for i in batch)
     np.testing.assert_array_equal(np.asarray(batch), [4, 1, 7])
     assert batch.num_dummy_rows == 1
+
+
+def test_padded_membership_fills_the_rounded_shape_first():
+    lengths = np.arange(16, 32)                     # GluonNLP: constant keys [23, 31]
+    by_key = FixedBucketSampler(lengths, 8, num_buckets=2, round_to=8)
+    by_padded = FixedBucketSampler(lengths, 8, num_buckets=2, round_to=8, membership="padded")
+    assert by_key.bucket_keys.ravel().tolist() == by_padded.bucket_keys.ravel().tolist() == [23, 31]
+    assert by_key.bucket_counts.tolist() == [8, 8] and len(by_key) == 2
+    assert by_padded.bucket_counts.tolist() == [9, 7]            # 24 fits the padded 24
+    with pytest.raises(ValueError, match="membership"):
+        FixedBucketSampler(lengths, 8, membership="rounded")

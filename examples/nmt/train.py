@@ -39,7 +39,6 @@ from textkit.training import (
     ema_params_of,
     fit,
     launch,
-    learning_rate_of,
     make_train_step,
 )
 
@@ -175,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{jax.device_count()} device(s) in {jax.process_count()} process(es)\n"
             f"{loader.batch_sampler.stats()}")
 
-    optimizer = translation.optimizer(
+    optimizer, learning_rate = translation.optimizer(
         args.lr, args.warmup_steps, args.clip_norm, args.precision, schedule=args.lr_schedule,
         total_steps=args.max_steps or args.epochs * len(loader),
         decay_fraction=args.decay_fraction, ema_decay=args.ema_decay)
@@ -204,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         time_budget_min=args.time_budget_min, log_every=args.log_interval,
         to_device=lambda batch: parallel.global_batch(batch, mesh),
         count_tokens=translation.count_tokens, log=run.log,
-        learning_rate=lambda state: learning_rate_of(state.opt_state), desc=args.model)
+        learning_rate=learning_rate, desc=args.model)
     source, params, valid_bleu = translation.choose_final(
         manager, result.state, args.average_last,
         lambda params: bleu(params, valid_pairs)["bleu"], run.log)

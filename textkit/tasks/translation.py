@@ -40,7 +40,7 @@ from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
-from textkit.training.optim import ema, ema_params_of, with_loss_scaling
+from textkit.training.optim import ema, ema_params_of, learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 
@@ -165,7 +165,7 @@ def make_loader(samples: Sequence[IdPair], batch_tokens: int, *, pad_id: int, bo
     sampler = FixedBucketSampler(lengths, batch_tokens, num_buckets=num_buckets,
                                  batch_size_unit="tokens", round_to=round_to, shuffle=shuffle,
                                  seed=seed, num_shards=num_shards, shard_id=shard_id,
-                                 batch_rows_multiple=batch_rows_multiple)
+                                 batch_rows_multiple=batch_rows_multiple, membership="padded")
     return DataLoader(samples, sampler, Seq2SeqBatchify(pad_id, bos_id, eos_id),
                       num_workers=num_workers)
 
@@ -207,27 +207,31 @@ SCHEDULES = ("inverse_sqrt", "budget")
 def optimizer(lr: float, warmup_steps: int, clip_norm: float,
               policy: Policy | str = "float32", *, schedule: str = "inverse_sqrt",
               total_steps: int = 1, decay_fraction: float = 0.2,
-              ema_decay: float | None = None) -> optax.GradientTransformation:
-    """Global-norm clipping, then Adam (0.9, 0.98, 1e-9) at a rate peaking at ``lr`` after
-    ``warmup_steps``, then (with ``ema_decay``) a parameter EMA; dynamic loss scaling when
-    ``policy`` needs it. The current rate is in the state (``learning_rate_of``).
+              ema_decay: float | None = None,
+              ) -> tuple[optax.GradientTransformation, Callable[[Any], float]]:
+    """``(optimizer, learning_rate)``: global-norm clipping, then Adam (0.9, 0.98, 1e-9) at a
+    rate peaking at ``lr`` after ``warmup_steps``, then (with ``ema_decay``) a parameter EMA;
+    dynamic loss scaling when ``policy`` needs it. ``learning_rate(train_state)`` is the rate
+    of the last step (for progress bars).
 
     ``schedule``: ``"inverse_sqrt"`` (decays as ``1/sqrt(step)``, never reaches 0) or
     ``"budget"`` (warm-up-stable-decay to 0 at ``total_steps``, which ``fit`` keeps equal to
     the end of the run: ``--max-steps``, the epochs, or the steps the time budget allows).
     """
     if schedule == "inverse_sqrt":
-        core = optax.inject_hyperparams(optax.adam)(
-            learning_rate=inverse_sqrt_schedule(lr, warmup_steps), b1=0.9, b2=0.98, eps=1e-9)
+        rates = inverse_sqrt_schedule(lr, warmup_steps)
+        core = optax.adam(rates, b1=0.9, b2=0.98, eps=1e-9)
+        learning_rate = lambda state: float(rates(state.step - 1))
     elif schedule == "budget":
         core = optax.chain(optax.scale_by_adam(0.9, 0.98, 1e-9), scale_by_budget_schedule(
             lr, warmup_steps, total_steps, decay_fraction))
+        learning_rate = lambda state: learning_rate_of(state.opt_state)
     else:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     links = [optax.clip_by_global_norm(clip_norm), core]
     if ema_decay:
         links.append(ema(ema_decay))
-    return with_loss_scaling(optax.chain(*links), policy)
+    return with_loss_scaling(optax.chain(*links), policy), learning_rate
 
 
 # ------------------------------------------------------------------------------------ the model
