@@ -124,7 +124,8 @@ def test_dtypes_follow_policy(policy):
     assert memory["memory"].dtype == expected.compute_dtype
     assert logits.dtype == log_probs.dtype == jnp.float32
     assert np.isfinite(np.asarray(logits)).all()
-    assert all(h.dtype == c.dtype == jnp.float32 for h, c in cache["state"])
+    assert all(h.dtype == c.dtype == jnp.float32 for h, c in cache["state"]["layers"])
+    assert cache["state"]["feed"].dtype == expected.compute_dtype
 
 
 def test_invalid_config_is_rejected_with_a_clear_message():
@@ -156,9 +157,11 @@ def test_iwslt_parameter_count_matches_the_architecture():
 
     expected = (vs * h + vt * h                    # embeddings
                 + 2 * lstm(h) + lstm(2 * h)        # encoder: bidirectional, then 2h -> h
-                + lstm(h) + lstm(2 * h)            # decoder: embeddings, then [h; context]
-                + 2 * h * h                        # scaled_dot query and key projections
-                + h * vt + vt)                     # output layer
+                + lstm(h) + h * 4 * h              # decoder layer 1: embedding + fed context
+                + lstm(2 * h)                      # decoder layer 2: [h1; context]
+                + 2 * h * h + 1                    # query and key projections, learned scale
+                + h * 2 * 2 * h + 2 * 2 * h        # bridge: mean memory -> (h, c) per layer
+                + 2 * h * vt + vt)                 # output layer over [h_top; context]
     print(f"gnmt_iwslt parameters: {count:,}")
     assert count == expected
 
@@ -191,3 +194,50 @@ def test_init_then_every_parameter_gets_gradient_and_a_copy_task_loss_falls():
     for _ in range(60):
         params, state, loss, _ = train_step(params, state)
     assert float(loss) < 0.6 * float(first)
+
+
+# ------------------------------------------------------------------ the source-aware decoder
+OLD_DECODER = dict(bridge=False, input_feeding=False, output_context=False,
+                   attention="scaled_dot", init_scale=None)
+
+
+def _queries(model, params, src, tgt):
+    """The bottom decoder layer's outputs (the attention queries) for ``src`` and ``tgt``."""
+    def bottom(module, src, tgt):
+        encoded = module.encode(src)
+        memory, mask = encoded["memory"], encoded["src_mask"]
+        keys = module.project_keys(memory)
+        x = module._embed(module.tgt_embedding, tgt)
+        return module._bottom(x, keys, memory, mask, module._initial_state(memory, mask))[0]
+    return model.apply({"params": params}, src, tgt, method=bottom)
+
+
+@pytest.mark.parametrize("flags,depends", [({}, True), (OLD_DECODER, False),
+                                           ({"input_feeding": False}, True),
+                                           ({"bridge": False}, True)])
+def test_attention_query_depends_on_the_source(flags, depends):
+    model = get_model("gnmt_tiny", src_vocab_size=40, tgt_vocab_size=40, pad_id=0, **flags)
+    tgt = jnp.array([[1, 5, 6, 7]] * 2, jnp.int32)
+    src_a = jnp.array([[4, 9, 12, 0], [20, 3, 0, 0]], jnp.int32)
+    src_b = jnp.array([[30, 31, 2, 0], [11, 19, 7, 0]], jnp.int32)
+    params = model.init(jax.random.key(0), src_a, tgt)["params"]
+    differ = float(jnp.abs(_queries(model, params, src_a, tgt)
+                           - _queries(model, params, src_b, tgt)).max())
+    assert (differ > 1e-4) == depends, differ
+
+
+def test_normalized_attention_does_not_start_uniform():
+    from textkit.models.gnmt import RecurrentAttention
+    rng = np.random.default_rng(0)
+    query = jnp.asarray(rng.normal(size=(2, 3, 64)) * 0.05, jnp.float32)   # small LSTM outputs
+    keys = jnp.asarray(rng.normal(size=(2, 7, 64)) * 0.05, jnp.float32)
+    memory = jnp.broadcast_to(jnp.eye(7), (2, 7, 7))      # one-hot memory: context == weights
+    mask = jnp.ones((2, 7), bool)
+    spread = {}
+    for kind, k in (("normalized", keys / jnp.linalg.norm(keys, axis=-1, keepdims=True)),
+                    ("scaled_dot", keys)):
+        attention = RecurrentAttention(kind, 64)
+        variables = attention.init(jax.random.key(1), query, k, memory, mask)
+        weights = attention.apply(variables, query, k, memory, mask)          # [2, 3, 7]
+        spread[kind] = float(weights.std(-1).mean())
+    assert spread["normalized"] > 0.05 > 1e-3 > spread["scaled_dot"], spread

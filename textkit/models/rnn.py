@@ -16,6 +16,8 @@ Gate layout in the fused ``[.., 4H]`` matrices is ``(input, forget, cell, output
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -68,6 +70,7 @@ class LSTM(nn.Module):
     policy: Policy = Policy()
     weight_drop: float = 0.0
     forget_bias: float = 1.0
+    kernel_init: Any = None   # None: PyTorch-style U(-1/sqrt(fan_in), 1/sqrt(fan_in))
 
     @nn.compact
     def __call__(self, inputs: jax.Array, carry: LSTMState | None = None,
@@ -77,8 +80,9 @@ class LSTM(nn.Module):
         ``[B,T]`` or None -> (outputs ``[B,T,H]`` in compute dtype, final carry)."""
         batch, _, in_size = inputs.shape
         hidden, pdt, cdt = self.hidden_size, self.policy.param_dtype, self.policy.compute_dtype
-        w_ih = self.param("w_ih", _lstm_kernel_init, (in_size, 4 * hidden), pdt)
-        w_hh = self.param("w_hh", _lstm_kernel_init, (hidden, 4 * hidden), pdt)
+        kernel_init = self.kernel_init or _lstm_kernel_init
+        w_ih = self.param("w_ih", kernel_init, (in_size, 4 * hidden), pdt)
+        w_hh = self.param("w_hh", kernel_init, (hidden, 4 * hidden), pdt)
         bias = self.param("bias", _lstm_bias_init(self.forget_bias), (4 * hidden,), pdt)
         if self.weight_drop > 0.0 and not deterministic:
             w_hh = dropout(w_hh, self.weight_drop, self.make_rng("dropout"))
@@ -118,11 +122,13 @@ class BidirectionalLSTM(nn.Module):
 
     hidden_size: int
     policy: Policy = Policy()
+    kernel_init: Any = None
 
     @nn.compact
     def __call__(self, inputs: jax.Array, mask: jax.Array) -> jax.Array:
         lengths = mask.sum(axis=1).astype(jnp.int32)
-        forward, _ = LSTM(self.hidden_size, self.policy, name="forward")(inputs, mask=mask)
-        backward, _ = LSTM(self.hidden_size, self.policy, name="backward")(
-            reverse_padded(inputs, lengths), mask=mask)
+        forward, _ = LSTM(self.hidden_size, self.policy, kernel_init=self.kernel_init,
+                          name="forward")(inputs, mask=mask)
+        backward, _ = LSTM(self.hidden_size, self.policy, kernel_init=self.kernel_init,
+                           name="backward")(reverse_padded(inputs, lengths), mask=mask)
         return jnp.concatenate([forward, reverse_padded(backward, lengths)], axis=-1)
