@@ -44,7 +44,7 @@ from textkit.training import (
 
 # settings that must not change when a run is resumed (data, vocabulary, model, data order)
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
-               "spm_model_type", "joint_spm", "max_length", "model", "model_overrides",
+               "spm_model_type", "joint_spm", "max_length", "model", "model_overrides", "init_from",
                "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "seed")
 
 
@@ -106,6 +106,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save-dir", default="runs/nmt_toy")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init-from", default=None,
+                   help="fine-tune a Marian / OPUS-MT checkpoint directory with its own "
+                        "tokenizers (--model, --spm-* and --joint-spm are then unused)")
     p.add_argument("--log-interval", type=int, default=20)
     parallel.add_launch_arguments(p)
     args = p.parse_args(argv)
@@ -154,9 +157,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         tgt_lang=args.tgt_lang, toy_sizes=args.toy_sizes.split(","), seed=args.seed)
         for split in range(3))
     valid_pairs = valid_pairs[:args.valid_size or None]
-    src_tok, tgt_tok = translation.tokenizers(run, args.joint_spm, train_pairs,
-                                              args.spm_vocab_size, seed=args.seed,
-                                              model_type=args.spm_model_type)
+    pretrained = args.init_from and translation.init_from(args.init_from, args.precision,
+                                                          args.model_overrides)
+    src_tok, tgt_tok = pretrained[2:] if pretrained else translation.tokenizers(
+        run, args.joint_spm, train_pairs, args.spm_vocab_size, seed=args.seed,
+        model_type=args.spm_model_type)
     samples = translation.encode_pairs(train_pairs, src_tok, tgt_tok, max_length=args.max_length)
     loader = translation.make_loader(
         samples, parallel.per_process(args.batch_tokens, "--batch-tokens"),
@@ -164,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         num_buckets=args.num_buckets, seed=args.seed, num_shards=jax.process_count(),
         shard_id=jax.process_index(), batch_rows_multiple=rows_per_process(
             args.batch_rows_multiple))
-    model = translation.build_model(
+    model = pretrained.model if pretrained else translation.build_model(
         args.model, src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
         pad_id=src_tok.pad_id, precision=args.precision, shared_vocab=args.joint_spm,
         **parse_overrides(args.model_overrides))
@@ -180,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         decay_fraction=args.decay_fraction, ema_decay=args.ema_decay)
     init_key, train_key = jax.random.split(jax.random.PRNGKey(args.seed))
     state = parallel.replicate(create_train_state(
-        translation.init_params(model, init_key), optimizer, train_key), mesh)
+        pretrained.params if pretrained else translation.init_params(model, init_key),
+        optimizer, train_key), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     train_step = make_train_step(translation.make_loss(model, args.label_smoothing), optimizer,
                                  **parallel.train_step_shardings(mesh, state))

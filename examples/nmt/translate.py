@@ -8,6 +8,15 @@ training run's --save-dir; the parameters are the ones its test evaluation used 
     python examples/nmt/translate.py --checkpoint runs/nmt_toy --input test.src \\
         --output test.hyp --reference test.tgt --beam-size 4 --alpha 0.6
 
+A pretrained Marian / OPUS-MT checkpoint directory (Hugging Face layout, downloaded by any
+tool) translates the same way; the search follows its generation_config.json (beam size,
+length penalty in transformers' form n ** alpha, max_length, banned pad, forced EOS), and the
+flags override it (--max-length counts output tokens, EOS included: transformers'
+max_new_tokens, i.e. max_length - 1)::
+
+    python examples/nmt/translate.py --pretrained opus-mt-en-de < sentences.txt
+    python examples/nmt/translate.py --pretrained opus-mt-en-de --beam-size 1
+
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
@@ -26,19 +35,24 @@ from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
 from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.models import parse_overrides
+from textkit.models import PretrainedError, parse_overrides
 from textkit.tasks import translation
 from textkit.training import RunDir
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True, help="the --save-dir of a training run")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="the --save-dir of a training run")
+    source.add_argument("--pretrained", help="a Marian / OPUS-MT checkpoint directory")
     p.add_argument("--input", default="-", help="source sentences, one per line (-: stdin)")
     p.add_argument("--output", default="-", help="translations, one per line (-: stdout)")
     p.add_argument("--reference", default=None, help="reference file: print BLEU to stderr")
     p.add_argument("--beam-size", type=int, default=None, help="default: the training run's")
     p.add_argument("--alpha", type=float, default=None, help="default: the training run's")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="--pretrained: most output tokens, EOS included (default: "
+                        "generation_config.json's max_length - 1)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
     p.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
                    help="a source longer than the model's positions: truncate it (warning "
@@ -60,9 +74,22 @@ def read_stdin_lines() -> list[str]:
     return texts
 
 
-def main(argv: Sequence[str] | None = None) -> list[str]:
-    args = parse_args(argv)
-    sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
+def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object, str]:
+    """(translator, params, description) of a --pretrained checkpoint directory; the flags
+    given override its generation defaults."""
+    given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
+             "batch_size": args.batch_size}
+    options = {k: v for k, v in given.items() if v is not None}
+    try:
+        translator, params = Translator.from_pretrained(
+            args.pretrained, on_long_source=args.on_long_source, **options)
+    except PretrainedError as err:
+        raise SystemExit(f"--pretrained: {err}") from None
+    return translator, params, f"the pretrained checkpoint {args.pretrained}"
+
+
+def checkpoint_translator(args: argparse.Namespace) -> tuple[Translator, object, str]:
+    """(translator, params, description) of a training run's --save-dir."""
     run = RunDir(args.checkpoint)
     config = run.read_config()
     src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
@@ -80,6 +107,16 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         alpha=args.alpha if args.alpha is not None else config["alpha"],
         batch_size=args.batch_size or config["decode_batch_size"],
         on_long_source=args.on_long_source)
+    return translator, params, f"{extra['source']} of {run.root}"
+
+
+def main(argv: Sequence[str] | None = None) -> list[str]:
+    args = parse_args(argv)
+    sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
+    if args.pretrained is not None:
+        translator, params, described = pretrained_translator(args)
+    else:
+        translator, params, described = checkpoint_translator(args)
     translations = translator.translate(params, sources, progress=args.output != "-")
 
     text = "".join(line + "\n" for line in translations)
@@ -96,8 +133,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
         print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
               file=sys.stderr)
-    print(f"translated {len(sources)} sentences with {extra['source']} of {run.root}",
-          file=sys.stderr)
+    print(f"translated {len(sources)} sentences with {described}", file=sys.stderr)
     return translations
 
 

@@ -25,6 +25,17 @@ max_length)``:
 With a beam as wide as every hypothesis this is exhaustive search (tested). With ``K=1`` it is not
 always greedy decoding: the best EOS-ending prefix along the way is kept even when the argmax
 path goes on (with ``min_length = max_length`` EOS is suppressed and they coincide).
+
+Two options reproduce Hugging Face ``generate`` (transformers 5) for pretrained checkpoints:
+
+* ``forced_eos``: the token that reaches a row's cap is EOS (all other log-probs -inf, EOS 0),
+  as ``forced_eos_token_id`` does at ``max_length``.
+* ``hf_finish``: a candidate (EOS-ended, or truncated at the cap) joins the finished set only if
+  it ranks among the K best of all K x V candidates of its step, and a row stops once K
+  hypotheses have finished and the best alive one, normalised by the *current* length, scores no
+  better than the worst finished one (``early_stopping=False``'s heuristic). With ``k=0`` the
+  penalty is transformers' ``n ** alpha`` (``length_penalty=alpha``); with ``alpha=0`` both
+  forms are 1 and the stopping rule is exact.
 """
 
 from __future__ import annotations
@@ -83,7 +94,8 @@ def _reorder_cache(new_cache: PyTree, old_cache: PyTree, flat_parent: jax.Array)
 def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                 beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
                 k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
-                pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
+                pad_id: int = 0, min_length: int = 0, forced_eos: bool = False,
+                hf_finish: bool = False) -> DecodeOutput:
     """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
 
     Args:
@@ -101,10 +113,11 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       ``max_length`` >= 1, else ``ValueError`` (``contract.check_decoding``).
       max_lengths: optional int32[B] per-row cap (clipped to [1, ``max_length``]).
       min_length: EOS is not allowed before this many tokens (``= max_length`` suppresses it).
+      forced_eos / hf_finish: Hugging Face ``generate`` semantics (module docstring).
 
-    Only ``step_fn``, the shapes and the integer options (beam_size, max_length, eos_id, n_best,
-    pad_id) select a compiled program; new values of the arrays, ``alpha``, ``k``,
-    ``min_length`` or ``max_lengths`` reuse it.
+    Only ``step_fn``, the shapes and the integer/flag options (beam_size, max_length, eos_id,
+    n_best, pad_id, forced_eos, hf_finish) select a compiled program; new values of the arrays,
+    ``alpha``, ``k``, ``min_length`` or ``max_lengths`` reuse it.
 
     Returns:
       DecodeOutput(tokens int32[B, n_best, L], scores float32[B, n_best], lengths int32[B, n_best]).
@@ -121,14 +134,36 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
         jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
-        n_best=n_best, pad_id=pad_id)
+        n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish)
+
+
+def force_eos(log_probs: jax.Array, at_cap: jax.Array, eos_id: int) -> jax.Array:
+    """log_probs float32[N, ..., V] with rows where ``at_cap`` bool[N] set to EOS only (0 at
+    ``eos_id``, -inf elsewhere), as transformers' ``ForcedEOSTokenLogitsProcessor``."""
+    forced = jnp.where(jnp.arange(log_probs.shape[-1]) == eos_id, 0.0, NEG_INF)  # [V]
+    at_cap = at_cap.reshape(at_cap.shape + (1,) * (log_probs.ndim - 1))
+    return jnp.where(at_cap, forced.astype(log_probs.dtype), log_probs)
+
+
+def _top_k_only(alive_logp: jax.Array, log_probs: jax.Array, eos_logp: jax.Array,
+                truncated: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Finishing candidates float32[B, K] (EOS-ended, truncated) kept only where they rank
+    among the K best of all K x V extensions (alive_logp [B, K] + log_probs [B, K, V]), as
+    transformers' beam search; -inf elsewhere."""
+    batch, beams, vocab = log_probs.shape
+    every = (alive_logp[:, :, None] + log_probs).reshape(batch, beams * vocab)  # [B, K*V]
+    kth = lax.top_k(every, beams)[0][:, -1:]                                    # [B, 1]
+    return (jnp.where(eos_logp >= kth, eos_logp, NEG_INF),
+            jnp.where(truncated >= kth, truncated, NEG_INF))
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id"))
+    "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
+    "hf_finish"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
-                 max_length: int, eos_id: int, n_best: int, pad_id: int) -> DecodeOutput:
+                 max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
+                 hf_finish: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]."""
     batch = caps.shape[0]
     beams = beam_size
@@ -144,6 +179,8 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
             params, state.cache, state.last_tokens.reshape(batch * beams))      # [B*K, V]
         vocab = log_probs.shape[-1]
         log_probs = log_probs.astype(jnp.float32).reshape(batch, beams, vocab)  # [B, K, V]
+        if forced_eos:
+            log_probs = force_eos(log_probs, new_length >= caps, eos_id)         # [B, K, V]
         # Finishing with EOS: one candidate per alive hypothesis.
         eos_logp = state.alive_logp + log_probs[:, :, eos_id]                   # [B, K]
         eos_logp = jnp.where(new_length >= min_length, eos_logp, NEG_INF)       # [B, K]
@@ -161,6 +198,8 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
                                _take_beams(state.alive_tokens, parent))         # [B, K, L]
         at_cap = (new_length >= caps)[:, None]                                  # [B, 1]
         truncated = jnp.where(at_cap, top_logp, NEG_INF)                        # [B, K]
+        if hf_finish:
+            eos_logp, truncated = _top_k_only(state.alive_logp, log_probs, eos_logp, truncated)
         # Merge old finished, EOS-finished and truncated; keep the best K.
         pool_scores = jnp.concatenate(
             [state.finished_scores, eos_logp / lp_now, truncated / lp_now], 1)  # [B, 3K]
@@ -173,9 +212,10 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         finished_tokens = _take_beams(pool_tokens, keep)                        # [B, K, L]
         finished_lengths = _take_beams(pool_lengths, keep)                      # [B, K]
         # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
-        lp_max = jnp.maximum(lp_cap, lp_now)                                    # [B]
-        best_possible = top_logp[:, 0] / lp_max                                 # [B]
-        done = at_cap[:, 0] | (best_possible <= finished_scores[:, n_best - 1])  # [B]
+        # hf_finish: transformers' heuristic (K finished, the current length's penalty)
+        lp_best, bar = (lp_now, beams - 1) if hf_finish else (jnp.maximum(lp_cap, lp_now),
+                                                               n_best - 1)
+        done = at_cap[:, 0] | (top_logp[:, 0] / lp_best <= finished_scores[:, bar])  # [B]
         alive_logp = jnp.where(done[:, None], NEG_INF, top_logp)                # [B, K]
         flat_parent = (jnp.arange(batch)[:, None] * beams + parent).reshape(-1)  # [B*K]
         return _BeamState(

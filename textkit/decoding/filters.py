@@ -40,11 +40,13 @@ def top_k_top_p(logits: jax.Array, top_k: int, top_p: float) -> tuple[jax.Array,
 
 @dataclasses.dataclass(frozen=True)
 class ExcludeTokensStep:
-    """A ``StepFn`` whose log-probs give no mass to ``excluded_ids`` (renormalised), matching
-    ``lm_loss_fn(..., excluded_ids)``; hashable, so usable as a static jit argument."""
+    """A ``StepFn`` whose log-probs give no mass to ``excluded_ids`` (renormalised, matching
+    ``lm_loss_fn(..., excluded_ids)``; with ``renormalize=False`` they are only set to -inf,
+    as transformers' ``bad_words_ids`` does); hashable, so usable as a static jit argument."""
 
     step_fn: StepFn
     excluded_ids: tuple[int, ...]
+    renormalize: bool = True
 
     def __call__(self, params: PyTree, cache: PyTree,
                  tokens: jax.Array) -> tuple[jax.Array, PyTree]:
@@ -52,4 +54,6 @@ class ExcludeTokensStep:
         penalty = np.zeros(log_probs.shape[-1], np.float32)
         penalty[list(self.excluded_ids)] = -np.inf
         log_probs = log_probs.astype(jnp.float32) + penalty
+        if not self.renormalize:
+            return log_probs, cache
         return jax.nn.log_softmax(log_probs, axis=-1), cache

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from textkit.decoding.beam_search import force_eos
 from textkit.decoding.contract import (
     DecodeOutput,
     PyTree,
@@ -45,8 +46,9 @@ class _RowState(NamedTuple):
 
 def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  choose: ChooseFn, key: jax.Array, *, max_length: int, eos_id: int,
-                 pad_id: int, min_length: jax.Array) -> _RowState:
-    """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap."""
+                 pad_id: int, min_length: jax.Array, forced_eos: bool = False) -> _RowState:
+    """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap (with
+    ``forced_eos`` the token at the cap is EOS, see ``beam_search``)."""
     rows = start.shape[0]
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
 
@@ -56,6 +58,8 @@ def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         log_probs = log_probs.astype(jnp.float32)
         log_probs = jnp.where(new_length >= min_length, log_probs,
                               log_probs.at[:, eos_id].set(NEG_INF))             # [N, V]
+        if forced_eos:
+            log_probs = force_eos(log_probs, new_length >= caps, eos_id)         # [N, V]
         token = choose(log_probs, jax.random.fold_in(key, state.step))          # [N]
         token = jnp.where(state.running, token, pad_id).astype(jnp.int32)       # [N]
         token_logp = jnp.take_along_axis(log_probs, token[:, None], 1)[:, 0]    # [N]
@@ -103,8 +107,10 @@ def _checked_start(step_fn: StepFn, params: PyTree, cache: PyTree,
 
 def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                   max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
-                  pad_id: int = 0, min_length: int = 0) -> DecodeOutput:
-    """Argmax decoding of B rows (arguments as ``beam_search``).
+                  pad_id: int = 0, min_length: int = 0,
+                  forced_eos: bool = False) -> DecodeOutput:
+    """Argmax decoding of B rows (arguments as ``beam_search``; ``forced_eos``: the token at
+    a row's cap is EOS, as transformers' ``forced_eos_token_id``).
 
     Ids and ``max_length`` are checked as in ``beam_search`` (``ValueError``).
 
@@ -115,7 +121,7 @@ def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: 
     return _decode(step_fn, params, cache, start,
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
                    jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
-                   eos_id=eos_id, pad_id=pad_id)
+                   eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos)
 
 
 def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
@@ -164,11 +170,11 @@ def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | j
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id"))
+    "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id", "forced_eos"))
 def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
             min_length: jax.Array, rng: jax.Array, *,
             sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
-            eos_id: int, pad_id: int) -> DecodeOutput:
+            eos_id: int, pad_id: int, forced_eos: bool = False) -> DecodeOutput:
     """Greedy (``sampling=None``) or sampled with (temperature, top_k, top_p) decoding of
     ``num_samples`` copies of each row: start int32[B], caps int32[B]."""
     batch = caps.shape[0]
@@ -176,7 +182,8 @@ def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, ca
     final = _decode_rows(
         step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
         jnp.repeat(caps, num_samples), choose, rng,
-        max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length)
+        max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length,
+        forced_eos=forced_eos)
     return DecodeOutput(
         final.tokens.reshape(batch, num_samples, max_length),                   # [B, n, L]
         final.logp.reshape(batch, num_samples),                                 # [B, n]

@@ -12,15 +12,25 @@ the line (1-based) and the id; a source longer than ``max_positions`` (or ``max_
 for models without a limit) is truncated to it with one ``LongSourceWarning`` naming the lines
 (``on_long_source="truncate"``, the default) or refused with a ``ValueError`` naming the first
 such line (``"error"``); output caps never exceed ``max_positions`` either.
+
+Pretrained checkpoints (``Translator.from_pretrained``, Marian / OPUS-MT) are searched as
+Hugging Face ``generate`` searches them: ``banned_ids`` (``bad_words_ids``: log-probs set to
+-inf, not renormalised), ``forced_eos`` (the token at the output cap is EOS) and
+``hf_compatible`` (beam size 1 is greedy search; beam search finishes hypotheses and stops rows
+as transformers does, see ``beam_search``), with ``k=0`` so that the length penalty is
+``n ** alpha`` (transformers' ``length_penalty``) rather than GNMT's ``((5 + n) / 6) ** alpha``.
+The first decoder input is the model config's ``decoder_start_id`` when it has one (Marian:
+the pad id), else the target tokenizer's ``bos_id``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +39,8 @@ from tqdm.auto import tqdm
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import DecodeOutput, PyTree, Seq2SeqModel, model_step_fn
+from textkit.decoding.filters import ExcludeTokensStep
+from textkit.decoding.sampling import greedy_search
 
 MaxLength = int | Callable[[int], int]
 LONG_SOURCE_POLICIES = ("truncate", "error")
@@ -64,12 +76,15 @@ def default_max_length(src_length: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id"))
+    "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
+    "forced_eos", "hf_compatible"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
                       caps: jax.Array, alpha: jax.Array, k: jax.Array, *, max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
-                      pad_id: int) -> DecodeOutput:
-    """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row.
+                      pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
+                      hf_compatible: bool = False) -> DecodeOutput:
+    """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row
+    (``hf_compatible`` with ``beam_size`` 1: greedy search; see the module docstring).
 
     One compiled program per (model, shapes, static options). Returns DecodeOutput with
     tokens int32[B, n_best, max_length].
@@ -77,9 +92,16 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
     variables = {"params": params}
     encoded = model.apply(variables, src_tokens, method="encode")
     cache = model.apply(variables, encoded, src_tokens, max_length, method="init_cache")
-    return beam_search(model_step_fn(model), params, cache, bos_id, beam_size=beam_size,
+    step = model_step_fn(model)
+    if banned_ids:
+        step = ExcludeTokensStep(step, banned_ids, renormalize=False)
+    if hf_compatible and beam_size == 1:
+        return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
+                             max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos)
+    return beam_search(step, params, cache, bos_id, beam_size=beam_size,
                        max_length=max_length, eos_id=eos_id, alpha=alpha, k=k, n_best=n_best,
-                       max_lengths=caps, pad_id=pad_id)
+                       max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos,
+                       hf_finish=hf_compatible)
 
 
 class Translator:
@@ -105,6 +127,9 @@ class Translator:
         warn naming the lines) or "error" (``ValueError`` naming the first long line).
       max_source_length: optional cap on source tokens for models without a position limit
         (GNMT); ``source_limit`` is the smaller of it and the model's ``max_positions``.
+      banned_ids: target ids never generated (log-probs -inf, not renormalised).
+      forced_eos: the token that reaches the output cap is EOS.
+      hf_compatible: search as transformers' ``generate`` (see the module docstring).
     """
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
@@ -112,7 +137,8 @@ class Translator:
                  k: float = 5.0, max_length: MaxLength = default_max_length,
                  batch_size: int = 32, bucket_round_to: int = 8,
                  src_append_eos: bool = False, on_long_source: str = "truncate",
-                 max_source_length: int | None = None) -> None:
+                 max_source_length: int | None = None, banned_ids: Sequence[int] = (),
+                 forced_eos: bool = False, hf_compatible: bool = False) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
@@ -138,8 +164,11 @@ class Translator:
         self.max_length = max_length
         self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
         self.src_append_eos = src_append_eos
+        self.banned_ids = tuple(sorted({int(i) for i in banned_ids}))
+        self.forced_eos, self.hf_compatible = bool(forced_eos), bool(hf_compatible)
         self.src_pad_id = _special(src_tokenizer, "pad_id", "source")
-        self.bos_id = _special(tgt_tokenizer, "bos_id", "target")
+        start = getattr(config, "decoder_start_id", None)
+        self.bos_id = _special(tgt_tokenizer, "bos_id", "target") if start is None else start
         self.eos_id = _special(tgt_tokenizer, "eos_id", "target")
         self.pad_id = _special(tgt_tokenizer, "pad_id", "target")
         model_pad = getattr(getattr(model, "config", None), "pad_id", self.src_pad_id)
@@ -148,6 +177,21 @@ class Translator:
                              f"pad_id is {self.src_pad_id}")
         self.compiled_shapes: set[tuple[int, int, int]] = set()
         """(rows, source length, output length) of every batch shape run so far."""
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike,
+                        **options: Any) -> tuple[Translator, PyTree]:
+        """``(translator, params)`` for a Marian / OPUS-MT checkpoint directory
+        (``textkit.models.load_pretrained``): sources get EOS appended, the search follows
+        ``generation_config.json`` (``textkit.models.generation_options``: beam size, length
+        penalty in transformers' form ``n ** alpha`` via ``k=0``, ``max_length`` - 1 output
+        tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override
+        any ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
+        from textkit.models import generation_options, load_pretrained
+
+        model, params, src_tok, tgt_tok = load_pretrained(path)
+        settings = {**generation_options(path), "src_append_eos": False, **options}
+        return cls(model, src_tok, tgt_tok, **settings), params
 
     def translate(self, params: PyTree, texts: Sequence[str], *,
                   progress: bool = False) -> list[str]:
@@ -238,7 +282,8 @@ class Translator:
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
             jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
-            pad_id=self.pad_id)
+            pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
+            hf_compatible=self.hf_compatible)
         tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
         hypotheses = []
         for row in range(len(group)):

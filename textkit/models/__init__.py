@@ -12,16 +12,30 @@ from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCN
 from textkit.models.config import ModelConfig, max_positions, parse_overrides
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
+from textkit.models.marian import (
+    MissingFileError,
+    NotMarianCheckpointError,
+    Pretrained,
+    PretrainedError,
+    UnsupportedArchitectureError,
+    VocabSizeMismatchError,
+    generation_options,
+    load_pretrained,
+    save_pretrained,
+)
 from textkit.models.registry import get_model, list_models, register_model, register_preset
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
     "AWDLSTMLM", "AWDLSTMLMConfig", "DecodeOutput", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
-    "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
+    "MissingFileError", "ModelConfig", "NotMarianCheckpointError", "Pretrained",
+    "PretrainedError", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "Translator",
-    "beam_search", "get_model", "greedy_search", "length_penalty", "list_models", "max_positions",
-    "model_step_fn", "parse_overrides", "prefill", "register_model", "register_preset", "sample",
+    "UnsupportedArchitectureError", "VocabSizeMismatchError", "beam_search",
+    "generation_options", "get_model", "greedy_search", "length_penalty", "list_models",
+    "load_pretrained", "max_positions", "model_step_fn", "parse_overrides", "prefill",
+    "register_model", "register_preset", "sample", "save_pretrained",
 ]
 
 _MOVED_TO_DECODING = ("DecodeOutput", "Translator", "beam_search", "greedy_search",

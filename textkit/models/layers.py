@@ -230,21 +230,33 @@ class LayerNorm(nn.Module):
             x.astype(jnp.float32))
 
 
-def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
-    """Vaswani et al. sin/cos position table, float32 [length, dim] (sin in the first half)."""
+def sinusoidal_positions(length: int, dim: int, layout: str = "textkit") -> np.ndarray:
+    """Sin/cos position table, float32 [length, dim], sin in the first half, cos in the second.
+
+    ``layout`` "textkit": frequencies ``10000 ** (-i / (dim/2 - 1))`` (tensor2tensor's);
+    "marian": ``10000 ** (-2i / dim)`` (Vaswani et al.'s, laid out [sin half | cos half] as
+    Hugging Face's ``MarianSinusoidalPositionalEmbedding``).
+    """
     if dim % 2:
         raise ValueError(f"sinusoidal positions need an even dimension, got {dim}")
     half = dim // 2
-    inv_freq = np.exp(-np.log(10000.0) * np.arange(half, dtype=np.float64) / max(half - 1, 1))
+    steps = np.arange(half, dtype=np.float64)
+    if layout == "marian":
+        inv_freq = 1.0 / np.power(10000.0, 2.0 * steps / dim)
+    elif layout == "textkit":
+        inv_freq = np.exp(-np.log(10000.0) * steps / max(half - 1, 1))
+    else:
+        raise ValueError(f"unknown sinusoidal layout {layout!r}; expected 'textkit' or 'marian'")
     angles = np.arange(length, dtype=np.float64)[:, None] * inv_freq[None, :]
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
 
 
-POSITION_KINDS = ("sinusoidal", "learned")
+POSITION_KINDS = ("sinusoidal", "learned", "sinusoidal_marian")
 
 
 class PositionEmbedding(nn.Module):
-    """Adds position information: ``kind`` "sinusoidal" (fixed) or "learned" ([max_len, dim]).
+    """Adds position information: ``kind`` "sinusoidal" (fixed), "sinusoidal_marian" (fixed,
+    Marian's frequencies, see ``sinusoidal_positions``) or "learned" ([max_len, dim]).
 
     ``__call__(x float32[B, T, D], positions int32[B, T]) -> float32[B, T, D]``.
     """
@@ -258,8 +270,9 @@ class PositionEmbedding(nn.Module):
         if self.kind == "learned":
             self.table = self.param("embedding", nn.initializers.normal(stddev=0.02),
                                     (self.max_len, self.features), self.policy.param_dtype)
-        elif self.kind == "sinusoidal":
-            self.table = jnp.asarray(sinusoidal_positions(self.max_len, self.features))
+        elif self.kind in ("sinusoidal", "sinusoidal_marian"):
+            layout = "marian" if self.kind == "sinusoidal_marian" else "textkit"
+            self.table = jnp.asarray(sinusoidal_positions(self.max_len, self.features, layout))
         else:
             raise ValueError(f"unknown positions kind {self.kind!r}; expected one of "
                              f"{POSITION_KINDS}")
@@ -310,16 +323,29 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"), self.broadcast_dims)
 
 
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": jax.nn.relu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),   # erf form (torch's default)
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),  # tanh approximation
+    "swish": jax.nn.silu,
+    "silu": jax.nn.silu,
+}
+"""Feed-forward activations by name (Hugging Face's ``activation_function`` names)."""
+
+
 class FeedForward(nn.Module):
-    """Position-wise ``Dense(d_ff) -> relu -> dropout -> Dense(d_model)``: float32 [..., D]."""
+    """Position-wise ``Dense(d_ff) -> activation -> dropout -> Dense(d_model)``: float32 [..., D].
+
+    ``activation`` is a key of ``ACTIVATIONS`` (default "relu")."""
 
     d_ff: int
     dropout_rate: float = 0.0
     policy: Policy = Policy()
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
-        h = nn.relu(Dense(self.d_ff, policy=self.policy, name="wi")(x))
+        h = ACTIVATIONS[self.activation](Dense(self.d_ff, policy=self.policy, name="wi")(x))
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], policy=self.policy, name="wo")(h)
 

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
+    ACTIVATIONS,
     POSITION_KINDS,
     Dense,
     Dropout,
@@ -51,11 +52,14 @@ class TransformerStackConfig(ModelConfig):
 
     ``tie_output`` computes logits with the (target) embedding instead of a separate kernel.
     ``pre_norm`` puts layer norm before each sub-layer (plus a final norm) instead of after the
-    residual add. ``positions`` is "sinusoidal" or "learned" (table of ``max_len`` rows).
+    residual add. ``positions`` is "sinusoidal", "sinusoidal_marian" (Marian's frequencies) or
+    "learned" (table of ``max_len`` rows). ``activation`` names the feed-forward non-linearity
+    (``layers.ACTIVATIONS``: relu, gelu, gelu_new, swish/silu); ``layer_norm_epsilon`` is every
+    layer norm's epsilon (1e-5 in PyTorch/Marian checkpoints).
     """
 
     _rates = ("dropout", "attention_dropout")
-    _choices = {"positions": POSITION_KINDS}
+    _choices = {"positions": POSITION_KINDS, "activation": tuple(ACTIVATIONS)}
 
     tie_output: bool = True
     d_model: int = 512
@@ -66,6 +70,8 @@ class TransformerStackConfig(ModelConfig):
     pre_norm: bool = True
     positions: str = "sinusoidal"
     max_len: int = 1024
+    activation: str = "relu"
+    layer_norm_epsilon: float = 1e-6
 
     def _validate(self) -> None:
         if self.max_len < 1:
@@ -81,7 +87,10 @@ class TransformerStackConfig(ModelConfig):
 class TransformerConfig(TransformerStackConfig):
     """Hyper-parameters of ``Transformer`` (frozen, hashable): the stack fields plus the
     vocabularies and layer counts. ``share_embeddings`` uses one table for source and target
-    (needs equal vocab sizes).
+    (needs equal vocab sizes). ``scale_embedding`` multiplies token embeddings by
+    sqrt(d_model); ``final_logits_bias`` adds a bias [V] to the logits (Marian's, also with
+    tied output); ``decoder_start_id`` is the first decoder input when decoding (None: the
+    target tokenizer's ``bos_id``; Marian starts with its pad id).
     """
 
     src_vocab_size: int = 32000
@@ -89,6 +98,9 @@ class TransformerConfig(TransformerStackConfig):
     share_embeddings: bool = True
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
+    scale_embedding: bool = True
+    final_logits_bias: bool = False
+    decoder_start_id: int | None = None
 
     def _validate(self) -> None:
         super()._validate()
@@ -113,17 +125,20 @@ class TransformerLayer(nn.Module):
     pre_norm: bool = True
     cross: bool = False
     policy: Policy = Policy()
+    activation: str = "relu"
+    layer_norm_epsilon: float = 1e-6
 
     def setup(self):
         attention = dict(num_heads=self.num_heads, d_model=self.d_model, policy=self.policy,
                          dropout_rate=self.attention_dropout)
+        norm = dict(policy=self.policy, epsilon=self.layer_norm_epsilon)
         self.self_attention = MultiHeadAttention(**attention)
-        self.self_norm = LayerNorm(self.policy)
+        self.self_norm = LayerNorm(**norm)
         if self.cross:
             self.cross_attention = MultiHeadAttention(cross=True, **attention)
-            self.cross_norm = LayerNorm(self.policy)
-        self.feed_forward = FeedForward(self.d_ff, self.dropout, self.policy)
-        self.ff_norm = LayerNorm(self.policy)
+            self.cross_norm = LayerNorm(**norm)
+        self.feed_forward = FeedForward(self.d_ff, self.dropout, self.policy, self.activation)
+        self.ff_norm = LayerNorm(**norm)
         self.drop = Dropout(self.dropout)
 
     def _residual(self, x, sublayer, norm, deterministic):
@@ -171,7 +186,8 @@ def layer_options(config: TransformerStackConfig) -> dict[str, Any]:
     """``TransformerLayer`` fields taken from a Transformer(LM) config."""
     return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout=config.dropout, attention_dropout=config.attention_dropout,
-                pre_norm=config.pre_norm, policy=config.policy)
+                pre_norm=config.pre_norm, policy=config.policy, activation=config.activation,
+                layer_norm_epsilon=config.layer_norm_epsilon)
 
 
 class Transformer(nn.Module):
@@ -181,9 +197,9 @@ class Transformer(nn.Module):
 
     def setup(self):
         c = self.config
-        self.src_embed = Embed(c.src_vocab_size, c.d_model, c.policy)
+        self.src_embed = Embed(c.src_vocab_size, c.d_model, c.policy, c.scale_embedding)
         if not c.share_embeddings:
-            self.tgt_embed = Embed(c.tgt_vocab_size, c.d_model, c.policy)
+            self.tgt_embed = Embed(c.tgt_vocab_size, c.d_model, c.policy, c.scale_embedding)
         self.src_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
         self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
         self.encoder_layers = [TransformerLayer(**layer_options(c), name=f"encoder_{i}")
@@ -192,10 +208,13 @@ class Transformer(nn.Module):
                                                 name=f"decoder_{i}")
                                for i in range(c.num_decoder_layers)]
         if c.pre_norm:
-            self.encoder_norm = LayerNorm(c.policy)
-            self.decoder_norm = LayerNorm(c.policy)
+            self.encoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
+            self.decoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
         if not c.tie_output:
             self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False)
+        if c.final_logits_bias:
+            self.logits_bias = self.param("final_logits_bias", nn.initializers.zeros,
+                                          (c.tgt_vocab_size,), c.policy.param_dtype)
         self.drop = Dropout(c.dropout)
 
     def _target_embed(self) -> Embed:
@@ -220,9 +239,10 @@ class Transformer(nn.Module):
         c = self.config
         if c.pre_norm:
             x = self.decoder_norm(x)
-        if c.tie_output:
-            return self._target_embed().attend(x)
-        return self.output(x)
+        logits = self._target_embed().attend(x) if c.tie_output else self.output(x)
+        if c.final_logits_bias:
+            logits = logits + self.logits_bias.astype(jnp.float32)
+        return logits
 
     def decode(self, memory: Array, src_tokens: Array, tgt_input: Array, *,
                deterministic: bool = True) -> Array:

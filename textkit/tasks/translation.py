@@ -314,3 +314,22 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
     return chosen
 
 
+
+
+# ------------------------------------------------------------------------- pretrained models
+def init_from(path: str, precision: str = "float32",
+              overrides: str | Mapping[str, Any] = "") -> Any:
+    """A Marian / OPUS-MT checkpoint directory ready to fine-tune: ``Pretrained(model,
+    params, src_tokenizer, tgt_tokenizer)`` (``textkit.models.load_pretrained``) with the
+    ``precision`` policy and config ``overrides`` (e.g. "dropout=0.1"); params as jax arrays.
+    The source tokenizer appends EOS (as the model was trained), the target one does not (the
+    loader adds it); decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
+    from textkit.models import load_pretrained, parse_overrides
+
+    fields = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
+    try:
+        pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)
+    except (ValueError, TypeError) as err:
+        raise SystemExit(f"--init-from: {err}") from None
+    pretrained.tgt_tokenizer.add_eos = False
+    return pretrained._replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params))
