@@ -192,4 +192,6 @@ def test_budget_schedule_ema_and_save_interval(tmp_path):
     with CheckpointManager(tmp_path / "checkpoints") as manager:
         assert manager.all_steps()[-3:] == [3, 4, 6]        # evaluated and saved-only steps
     assert "average of the last 3" in summary["evaluated"] or "best" in summary["evaluated"]
+    # the tested parameters validate at least as well as the best evaluated checkpoint
+    assert summary["valid_bleu"] >= max(h["valid_bleu"] for h in summary["history"]) - 1e-9
     assert np.isfinite(summary["test_bleu"])
