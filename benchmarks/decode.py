@@ -1,16 +1,24 @@
-"""Decoding throughput: Transformer-base beam search (beam 4) and greedy, sentences per second.
+"""Decoding throughput, beam 4 and greedy, sentences per second, against Hugging Face generate.
 
-Setting (issue 5): ``transformer_base`` (d512, 8 heads, ffn 2048, 6+6 layers, shared 32,000 vocab,
-random init), a batch of 32 random sources of 24 tokens, exactly 32 generated tokens per
-hypothesis (EOS suppressed through ``min_length``). Encoding, cache set-up and the search loop run
-as one jit-compiled program per mode; compile time is measured apart from the timed runs.
+Two cases, each a batch of 32 random sources of 24 tokens and exactly 32 generated tokens per
+hypothesis (EOS suppressed through ``min_length``):
 
-If ``transformers`` and ``torch`` are installed, HuggingFace ``generate`` with a randomly
-initialised MarianMT model of the same size and settings runs in the same invocation and the
-ratios are printed. The last output line is one JSON object.
+- ``synthetic``: textkit's ``transformer_base`` (d512, 8 heads, ffn 2048, 6+6 layers, shared
+  32,000 vocabulary, random init); HF: a random ``MarianMTModel`` of the same size.
+- ``marian``: a checkpoint of OPUS-MT en-de's architecture (post-norm, swish, scaled embeddings,
+  Marian's sinusoidal positions, ``final_logits_bias``, 58,101-entry vocabulary; random weights)
+  written by ``textkit.models.save_pretrained``; textkit reads it with ``load_pretrained`` and HF
+  with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
-    python benchmarks/decode.py                 # float32 and bfloat16-weights, best reported
-    python benchmarks/decode.py --quick         # tiny model, checks that everything runs
+Encoding, cache set-up and the search loop run as one jit-compiled program per mode; compile time
+is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
+given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
+round by round; the figures are medians over rounds, the ratios float32 textkit / float32 HF.
+Without torch/transformers the HF side is skipped with a note. The last output line is one
+JSON object (``beam4_ratio``, ``greedy_ratio``, ``marian_beam4_ratio``, ... and ``cpu``).
+
+    python benchmarks/decode.py --hf-python /path/to/venv/bin/python
+    python benchmarks/decode.py --quick --no-hf        # tiny models: checks that it runs
 """
 
 from __future__ import annotations
@@ -18,7 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,179 +38,207 @@ import jax.numpy as jnp
 import numpy as np
 from cpu_info import cpu_info
 
+from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.decoding import beam_search, greedy_search, model_step_fn
-from textkit.models import get_model
+from textkit.models import Transformer, get_model, load_pretrained, save_pretrained
+from textkit.models.marian import marian_config
 
-BATCH, SRC_LEN, STEPS, VOCAB = 32, 24, 32, 32000
-PAD, BOS, EOS = 1, 2, 3
+BATCH, SRC_LEN, STEPS = 32, 24, 32
+MODES = ("beam4", "greedy")
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tiny_marian"
+# OPUS-MT en-de (Helsinki-NLP/opus-mt-en-de) config.json, the fields that shape the compute.
+OPUS_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
+                  encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                  decoder_ffn_dim=2048, activation_function="swish", scale_embedding=True,
+                  max_position_embeddings=512, pad_token_id=58100, eos_token_id=0,
+                  decoder_start_token_id=58100, share_encoder_decoder_embeddings=True,
+                  tie_word_embeddings=True, dropout=0.0, attention_dropout=0.0)
+QUICK_SIZE = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                  decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256)
 
 
-def build(name: str, vocab: int, precision: str) -> tuple[Any, Any]:
-    """Model and random parameters. ``precision="bfloat16"`` stores the weights in bfloat16 for
-    inference (one cast up front instead of one per decoding step) under a bfloat16 compute
-    policy; ``float32`` keeps everything float32."""
-    policy = ("float32" if precision == "float32"
-              else "params=bfloat16,compute=bfloat16,output=float32")
+class Case:
+    """One model on both sides: textkit ``model``/``params``, the HF worker's spec, ids."""
+
+    def __init__(self, name: str, model: Any, params: Any, hf_spec: dict[str, Any],
+                 bos: int, eos: int, pad: int) -> None:
+        self.name, self.model, self.params, self.hf_spec = name, model, params, hf_spec
+        self.bos, self.eos, self.pad = bos, eos, pad
+
+
+def synthetic_case(quick: bool, policy: str) -> Case:
+    """textkit ``transformer_base`` (``transformer_tiny`` with ``quick``), random init."""
+    name, vocab = ("transformer_tiny", 1000) if quick else ("transformer_base", 32000)
+    pad, bos, eos = 1, 2, 3
     model = get_model(name, src_vocab_size=vocab, tgt_vocab_size=vocab, dropout=0.0,
-                      pad_id=PAD, policy=policy)
-    dummy = jnp.full((1, 8), BOS, jnp.int32)
+                      pad_id=pad, policy=policy)
+    dummy = jnp.full((1, 8), bos, jnp.int32)
     params = model.init(jax.random.key(0), dummy, dummy)["params"]   # op by op: no long compile
-    return model, params
+    size = QUICK_SIZE if quick else dict(
+        d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048)
+    hf = dict(vocab_size=vocab, pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=bos,
+              max_position_embeddings=256, share_encoder_decoder_embeddings=True, **size)
+    return Case("synthetic", model, params, {"config": hf}, bos, eos, pad)
 
 
-def decoder(model: Any, mode: str, steps: int):
-    """jit-compiled ``(params, src_tokens int32[B, S]) -> tokens int32[B, n, steps]``."""
-    step_fn = model_step_fn(model)
+def write_marian_checkpoint(directory: Path, quick: bool) -> Path:
+    """A random checkpoint of OPUS-MT en-de's shape (tiny with ``quick``) in ``directory``.
+
+    The tokenizer is the test fixture's SentencePiece models with a vocabulary padded to the
+    model's size (ids only matter here: the sources are random ids)."""
+    hf = dict(OPUS_EN_DE, **(dict(QUICK_SIZE, vocab_size=1000, pad_token_id=999,
+                                  decoder_start_token_id=999) if quick else {}))
+    vocab = json.loads((FIXTURE / "vocab.json").read_text())
+    vocab = {piece: i for piece, i in vocab.items() if piece != "<pad>"}
+    vocab.update({f"▁filler{i}": i for i in range(len(vocab), hf["vocab_size"] - 1)})
+    vocab["<pad>"] = hf["pad_token_id"]
+    tokenizer = MarianTokenizer(FIXTURE / "source.spm", vocab,
+                                decoder_start_id=hf["decoder_start_token_id"])
+    model = Transformer(marian_config(hf))
+    dummy = jnp.full((1, 8), hf["pad_token_id"], jnp.int32)
+    params = model.init(jax.random.key(1), dummy, dummy)["params"]
+    return save_pretrained(model, params, (tokenizer, tokenizer), directory / "opus-mt-shape")
+
+
+def marian_case(checkpoint: Path, policy: str) -> Case:
+    """The checkpoint as ``load_pretrained`` reads it; HF reads the same directory."""
+    model, params, _, tgt = load_pretrained(checkpoint, policy=policy, dropout=0.0)
+    return Case("marian", model, params, {"checkpoint": str(checkpoint)},
+                tgt.bos_id, tgt.eos_id, tgt.pad_id)
+
+
+def compile_search(case: Case, mode: str, src: jax.Array):
+    """Compiled ``(params, src int32[B, S]) -> tokens int32[B, n, STEPS]`` and its compile s."""
+    step_fn = model_step_fn(case.model)
+    options = dict(max_length=STEPS, eos_id=case.eos, pad_id=case.pad, min_length=STEPS)
 
     def run(params, src_tokens):
         variables = {"params": params}
-        encoded = model.apply(variables, src_tokens, method="encode")
-        cache = model.apply(variables, encoded, src_tokens, steps, method="init_cache")
+        encoded = case.model.apply(variables, src_tokens, method="encode")
+        cache = case.model.apply(variables, encoded, src_tokens, STEPS, method="init_cache")
         if mode == "beam4":
-            out = beam_search(step_fn, params, cache, BOS, beam_size=4, max_length=steps,
-                              eos_id=EOS, alpha=0.6, pad_id=PAD, min_length=steps)
-        else:
-            out = greedy_search(step_fn, params, cache, BOS, max_length=steps, eos_id=EOS,
-                                pad_id=PAD, min_length=steps)
-        return out.tokens
+            return beam_search(step_fn, params, cache, case.bos, beam_size=4, alpha=0.6,
+                               **options).tokens
+        return greedy_search(step_fn, params, cache, case.bos, **options).tokens
 
-    return jax.jit(run)
-
-
-def time_textkit(model: Any, params: Any, src: np.ndarray, mode: str, steps: int,
-                 repeats: int) -> dict[str, float]:
-    """Compile time and median wall time per batch (after one warm-up run)."""
-    run = decoder(model, mode, steps)
-    src = jnp.asarray(src)
     start = time.perf_counter()
-    compiled = run.lower(params, src).compile()
+    compiled = jax.jit(run).lower(case.params, src).compile()
     compile_s = time.perf_counter() - start
-    tokens = compiled(params, src)
-    tokens.block_until_ready()
-    lengths_ok = bool(np.all(np.asarray(tokens) != PAD))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        compiled(params, src).block_until_ready()
-        times.append(time.perf_counter() - start)
-        print(f"  textkit {mode}: {times[-1]:.3f}s per batch", flush=True)
-    if not lengths_ok:
-        raise RuntimeError(f"{mode}: some hypothesis stopped before {steps} tokens")
-    median = statistics.median(times)
-    return {"compile_s": compile_s, "batch_s": median, "sent_s": src.shape[0] / median}
+    tokens = np.asarray(compiled(case.params, src))
+    if np.any(tokens[..., :-1] == case.eos):
+        raise RuntimeError(f"{case.name} {mode}: a hypothesis ended before {STEPS} tokens")
+    return compiled, compile_s
 
 
-def time_huggingface(src: np.ndarray, vocab: int, steps: int, repeats: int,
-                     quick: bool) -> dict[str, float] | None:
-    """HF MarianMT of the same size, random init, ``generate`` with the same settings."""
-    try:
-        import torch
-        from transformers import MarianConfig, MarianMTModel
-    except ImportError:
-        print("transformers/torch not installed: HuggingFace comparison skipped")
-        return None
-    size = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256) if quick \
-        else dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-                  decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048)
-    config = MarianConfig(vocab_size=vocab, pad_token_id=PAD, eos_token_id=EOS,
-                          decoder_start_token_id=BOS, max_position_embeddings=256,
-                          share_encoder_decoder_embeddings=True, **size)
-    torch.manual_seed(0)
-    model = MarianMTModel(config).eval()
-    inputs = torch.as_tensor(src, dtype=torch.long)
-    result = {}
-    for mode, beams in (("beam4", 4), ("greedy", 1)):
-        def generate(beams=beams):
-            with torch.no_grad():
-                return model.generate(inputs, attention_mask=torch.ones_like(inputs),
-                                      num_beams=beams, do_sample=False, max_new_tokens=steps,
-                                      min_new_tokens=steps, early_stopping=False)
-        generate()
-        times = []
-        for _ in range(repeats):
+class HFWorker:
+    """``hf_generate.py`` in its own process; ``None`` from ``start`` when it cannot run."""
+
+    @classmethod
+    def start(cls, python: str, spec: dict[str, Any], src: np.ndarray) -> HFWorker | None:
+        worker = cls()
+        worker.process = subprocess.Popen(
+            [python, str(Path(__file__).with_name("hf_generate.py"))], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        ready = worker.ask({**spec, "src": src.tolist(), "steps": STEPS})
+        if "error" in ready:
+            print(f"HF side skipped: {ready['error']}", flush=True)
+            worker.process.wait()
+            return None
+        print(f"HF worker: torch {ready['torch']}, transformers {ready['transformers']}, "
+              f"{ready['threads']} threads", flush=True)
+        return worker
+
+    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the HF worker exited (status {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.write(json.dumps({"quit": True}) + "\n")
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
+            label: str) -> dict[str, float]:
+    """Median sentences/s of textkit (and HF, alternating round by round) for both modes."""
+    device_src = jnp.asarray(src)
+    compiled = {}
+    for mode in MODES:
+        compiled[mode], compile_s = compile_search(case, mode, device_src)
+        print(f"{case.name} textkit {mode} ({label}): compiled in {compile_s:.1f}s", flush=True)
+    worker = HFWorker.start(hf_python, case.hf_spec, src) if hf_python else None
+    times: dict[str, list[float]] = {}
+    for round_index in range(rounds):
+        for mode in MODES:
             start = time.perf_counter()
-            generate()
-            times.append(time.perf_counter() - start)
-            print(f"  HF {mode}: {times[-1]:.3f}s per batch", flush=True)
-        result[f"hf_{mode}_sent_s"] = src.shape[0] / statistics.median(times)
-    return result
+            compiled[mode](case.params, device_src).block_until_ready()
+            times.setdefault(f"textkit_{mode}", []).append(time.perf_counter() - start)
+            if worker:
+                times.setdefault(f"hf_{mode}", []).append(worker.ask({"mode": mode})["batch_s"])
+        print(f"  round {round_index + 1}: " + ", ".join(
+            f"{key} {BATCH / values[-1]:.2f}" for key, values in times.items()) + " sent/s",
+            flush=True)
+    if worker:
+        worker.close()
+    return {key: BATCH / statistics.median(values) for key, values in times.items()}
 
 
-def matmul_gflops() -> float:
-    """float32 2048^3 matmul throughput now: how busy the machine is (165-180 GFLOP/s measured
-    on the quiet 2-core AVX-512 development VM, 60 or less when other jobs share it)."""
-    a = jnp.ones((2048, 2048), jnp.float32)
-    matmul = jax.jit(lambda a: a @ a)
-    matmul(a).block_until_ready()
-    best = min(_timed(lambda: matmul(a).block_until_ready()) for _ in range(3))
-    return 2 * 2048**3 / best / 1e9
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | None,
+              ) -> dict[str, float]:
+    """The JSON keys of one case (``synthetic`` unprefixed, ``marian_...`` for the other)."""
+    prefix = "" if case_name == "synthetic" else f"{case_name}_"
+    out = {}
+    for mode in MODES:
+        out[f"{prefix}{mode}_sent_s"] = round(f32[f"textkit_{mode}"], 2)
+        if bf16:
+            out[f"{prefix}{mode}_bfloat16_sent_s"] = round(bf16[f"textkit_{mode}"], 2)
+        if f"hf_{mode}" in f32:
+            out[f"{prefix}hf_{mode}_sent_s"] = round(f32[f"hf_{mode}"], 2)
+            out[f"{prefix}{mode}_ratio"] = round(f32[f"textkit_{mode}"] / f32[f"hf_{mode}"], 2)
+            print(f"{case_name} {mode}: textkit {f32[f'textkit_{mode}']:.2f} sent/s, HF "
+                  f"{f32[f'hf_{mode}']:.2f} sent/s: {out[f'{prefix}{mode}_ratio']:.2f}x",
+                  flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=["synthetic", "marian", "all"], default="all")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny model, vocab 1000, 8 steps: checks that the script runs")
-    parser.add_argument("--precision", choices=["float32", "bfloat16", "both"], default=None,
-                        help="textkit weights/compute dtype; 'both' (default; float32 with "
-                             "--quick) reports the faster")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-hf", action="store_true", help="skip the HuggingFace side")
+                        help="tiny models, vocabulary 1000: checks that the script runs")
+    parser.add_argument("--bfloat16", action="store_true",
+                        help="also time textkit with bfloat16 weights and compute")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hf-python", default=sys.executable,
+                        help="Python with torch + transformers for the HF worker process")
+    parser.add_argument("--no-hf", action="store_true", help="skip the HF side")
     args = parser.parse_args()
 
-    name, vocab, steps = ("transformer_tiny", 1000, 8) if args.quick \
-        else ("transformer_base", VOCAB, STEPS)
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, vocab, size=(BATCH, SRC_LEN)).astype(np.int32)
-    precision = args.precision or ("float32" if args.quick else "both")
-    precisions = ["float32", "bfloat16"] if precision == "both" else [precision]
     machine = cpu_info()
-    print(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']}",
-          flush=True)
-    calibration = matmul_gflops()
-    print(f"devices: {jax.devices()}; model {name}, vocab {vocab}, batch {BATCH} x {SRC_LEN}, "
-          f"{steps} steps; f32 matmul {calibration:.0f} GFLOP/s now", flush=True)
-
-    measured: dict[str, dict[str, dict[str, float]]] = {}
-    for precision in precisions:
-        model, params = build(name, vocab, precision)
-        for mode in ("beam4", "greedy"):
-            print(f"textkit {mode} ({precision}) ...", flush=True)
-            stats = time_textkit(model, params, src, mode, steps, args.repeats)
-            measured.setdefault(mode, {})[precision] = stats
-            print(f"textkit {mode} {precision}: {stats['sent_s']:.1f} sentences/s, "
-                  f"compile {stats['compile_s']:.1f}s", flush=True)
-
-    summary: dict[str, Any] = {"model": name, "batch": BATCH, "src_len": SRC_LEN,
-                               "steps": steps, "vocab": vocab,
-                               "matmul_gflops_at_start": round(calibration, 1)}
-    compile_s = 0.0
-    for mode in ("beam4", "greedy"):
-        best = max(measured[mode], key=lambda p: measured[mode][p]["sent_s"])
-        summary[f"{mode}_sent_s"] = round(measured[mode][best]["sent_s"], 2)
-        summary[f"{mode}_precision"] = best
-        summary[f"{mode}_compile_s"] = round(measured[mode][best]["compile_s"], 2)
-        for precision, stats in measured[mode].items():
-            summary[f"{mode}_{precision}_sent_s"] = round(stats["sent_s"], 2)
-        compile_s += measured[mode][best]["compile_s"]
-    summary["compile_s"] = round(compile_s, 2)
-    summary["matmul_gflops_at_end"] = round(matmul_gflops(), 1)
+    print(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']}; "
+          f"devices {jax.devices()}", flush=True)
+    src = np.random.default_rng(0).integers(4, 990 if args.quick else 32000,
+                                            size=(BATCH, SRC_LEN)).astype(np.int32)
+    hf_python = None if args.no_hf else args.hf_python
+    summary: dict[str, Any] = {"batch": BATCH, "src_len": SRC_LEN, "steps": STEPS,
+                               "quick": args.quick}
+    bf16_policy = "params=bfloat16,compute=bfloat16,output=float32"
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = (write_marian_checkpoint(Path(tmp), args.quick)
+                      if args.case in ("marian", "all") else None)
+        builders = {"synthetic": lambda policy: synthetic_case(args.quick, policy),
+                    "marian": lambda policy: marian_case(checkpoint, policy)}
+        for name in (["synthetic", "marian"] if args.case == "all" else [args.case]):
+            f32 = measure(builders[name]("float32"), src, args.rounds, hf_python, "float32")
+            bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, "bfloat16")
+                    if args.bfloat16 else None)
+            summary.update(summarise(name, f32, bf16))
     summary["cpu"] = machine
-
-    hf = None if args.no_hf else time_huggingface(src, vocab, steps, args.repeats, args.quick)
-    if hf:
-        summary.update({key: round(value, 2) for key, value in hf.items()})
-        for mode in ("beam4", "greedy"):
-            summary[f"{mode}_ratio"] = round(summary[f"{mode}_sent_s"] / hf[f"hf_{mode}_sent_s"], 2)
-            print(f"{mode}: textkit / HF = {summary[f'{mode}_ratio']:.2f}x")
-    print(f"beam4 {summary['beam4_sent_s']} sent/s, greedy {summary['greedy_sent_s']} sent/s, "
-          f"compile {summary['compile_s']}s")
     print(json.dumps(summary))
 
 

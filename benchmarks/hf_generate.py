@@ -1,0 +1,73 @@
+"""Hugging Face ``generate`` timed in its own process, for ``benchmarks/decode.py``.
+
+torch and JAX each keep a thread pool sized to the machine; in one process they compete and both
+figures collapse, so ``decode.py`` starts this worker (with any Python that has torch and
+transformers: ``--hf-python``) and alternates rounds with it over stdin/stdout, one JSON object
+per line:
+
+    -> {"checkpoint": DIR} or {"config": {MarianConfig fields}}, plus "src": [[ids]], "steps": N
+    <- {"ready": true, "torch": "...", "transformers": "..."}   or   {"error": "..."}
+    -> {"mode": "beam4" | "greedy"}
+    <- {"mode": ..., "batch_s": seconds of one generate call}
+    -> {"quit": true}
+
+Every generate call forces exactly ``steps`` new tokens (``min_new_tokens`` = ``max_new_tokens``)
+with ``early_stopping=False``, float32, ``torch.no_grad``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def reply(message: dict) -> None:
+    print(json.dumps(message), flush=True)
+
+
+def load(spec: dict):
+    """The MarianMTModel of ``spec``: a checkpoint directory, or a config with random init."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    if spec.get("checkpoint"):
+        return MarianMTModel.from_pretrained(spec["checkpoint"], dtype=torch.float32).eval()
+    torch.manual_seed(0)
+    return MarianMTModel(MarianConfig(**spec["config"])).eval()
+
+
+def main() -> None:
+    spec = json.loads(sys.stdin.readline())
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        reply({"error": f"{error} (in {sys.executable})"})
+        return
+    model = load(spec)
+    inputs = torch.as_tensor(spec["src"], dtype=torch.long)
+    steps = int(spec["steps"])
+
+    def generate(beams: int):
+        with torch.no_grad():
+            return model.generate(inputs, attention_mask=torch.ones_like(inputs),
+                                  num_beams=beams, do_sample=False, max_new_tokens=steps,
+                                  min_new_tokens=steps, early_stopping=False)
+
+    for beams in (4, 1):                       # warm-up: first calls allocate and pick kernels
+        generate(beams)
+    reply({"ready": True, "torch": torch.__version__, "transformers": transformers.__version__,
+           "threads": torch.get_num_threads()})
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("quit"):
+            return
+        beams = {"beam4": 4, "greedy": 1}[request["mode"]]
+        start = time.perf_counter()
+        generate(beams)
+        reply({"mode": request["mode"], "batch_s": time.perf_counter() - start})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The benchmark scripts still run (tiny settings; the figures themselves are not checked)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from subprocesses import ROOT, cpu_env
+
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def last_json(command: list[str], tmp_path) -> dict:
+    out = subprocess.run([sys.executable, *command], cwd=tmp_path, env=cpu_env(1), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_decode_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "decode.py"), "--quick", "--no-hf", "--rounds", "1"],
+                       tmp_path)
+    for key in ("beam4_sent_s", "greedy_sent_s", "marian_beam4_sent_s", "marian_greedy_sent_s"):
+        assert result[key] > 0
+    assert "cpu" in result and "beam4_ratio" not in result
+
+
+@pytest.mark.slow
+def test_large_corpus_benchmark_small(tmp_path):
+    result = last_json([str(BENCHMARKS / "large_corpus.py"), "--pairs", "3000", "--workers",
+                        "2", "--compare-in-memory"], tmp_path)
+    assert result["pairs"] == 3000 and result["store_tokens"] > 3000 * 2
+    for key in ("build_s", "build_peak_rss_mib", "epoch_tokens_per_s", "train_peak_rss_mib",
+                "in_memory_s"):
+        assert result[key] > 0
