@@ -123,6 +123,26 @@ def test_time_budget_stops_training_and_still_tests(runs):
 
 
 @pytest.mark.slow
+def test_resume_with_gradient_accumulation_equals_uninterrupted_run(runs, tmp_path):
+    train, accum = runs["train"], ["--accum-steps", "2", "--max-steps", "6", "--eval-interval",
+                                   "3", "--average-last", "1"]
+    whole = train.main([*FAST, *accum, "--save-dir", str(tmp_path / "whole")])
+    train.main([*FAST, *accum, "--time-budget-min", "1e-6", "--save-dir", str(tmp_path / "cut")])
+    resumed = train.main([*FAST, *accum, "--resume", "--save-dir", str(tmp_path / "cut")])
+    whole_state, whole_extra = restore_latest(tmp_path / "whole")
+    resumed_state, resumed_extra = restore_latest(tmp_path / "cut")
+    assert int(whole_state["step"]) == int(resumed_state["step"]) == 6
+    assert whole_extra["progress"]["data_crc32"] == resumed_extra["progress"]["data_crc32"]
+    for a, b in zip(jax.tree_util.tree_leaves(whole_state["params"]),
+                    jax.tree_util.tree_leaves(resumed_state["params"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=0)
+    assert resumed["test_bleu"] == pytest.approx(whole["test_bleu"], abs=1e-6)
+    with pytest.raises(SystemExit, match="accum_steps"):
+        train.main([*FAST, "--accum-steps", "3", "--max-steps", "8", "--resume",
+                    "--save-dir", str(tmp_path / "cut")])
+
+
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(runs):
     root = runs["root"]
     whole_state, whole_extra = restore_latest(root / "whole")

@@ -73,8 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=20.0,
                    help="learning rate for the per-token mean loss (Adam: ~1e-3)")
     p.add_argument("--lr-decay", type=float, default=0.25, help="learning-rate decay factor")
-    p.add_argument("--decay-on", choices=("plateau", "epoch"), default="plateau",
-                   help="plateau: decay when valid ppl does not improve; epoch: every epoch")
+    p.add_argument("--decay-on", choices=("plateau", "epoch", "budget"), default="plateau",
+                   help="plateau: decay when valid ppl does not improve; epoch: every epoch; "
+                        "budget: warm-up, constant, then linear decay reaching 0 exactly at "
+                        "the end of --epochs or of --time-budget-min")
+    p.add_argument("--warmup-steps", type=int, default=0, help="budget schedule warm-up")
+    p.add_argument("--decay-fraction", type=float, default=0.2,
+                   help="budget schedule: the final fraction of the steps that decays")
     p.add_argument("--decay-start", type=int, default=1,
                    help="first epoch after which the learning rate may decay")
     p.add_argument("--weight-decay", type=float, default=0.0)
@@ -113,8 +118,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     model = lm.build_model(args.model, args.model_overrides, vocab, args.precision)
     init_key, state_key = jax.random.split(jax.random.key(args.seed))
-    optimizer = lm.optimizer(args.optimizer, args.lr, clip_norm=args.clip or None,
-                             weight_decay=args.weight_decay, policy=args.precision)
+    loader = lm.make_loader(ids["train"], args.batch_size, args.bptt, vocab.pad_id)
+    budget = args.decay_on == "budget"
+    optimizer = lm.optimizer(
+        args.optimizer, args.lr, clip_norm=args.clip or None, weight_decay=args.weight_decay,
+        policy=args.precision, schedule="budget" if budget else "held",
+        warmup_steps=args.warmup_steps, total_steps=args.epochs * len(loader),
+        decay_fraction=args.decay_fraction)
     state = parallel.replicate(create_train_state(
         lm.init_params(model, init_key, vocab.eos_id), optimizer, state_key), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
@@ -141,13 +151,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     manager = run.checkpoint_manager(best_metric="valid_ppl", best_mode="min")
     result = fit(
-        state, train_step, lm.make_loader(ids["train"], args.batch_size, args.bptt,
-                                          vocab.pad_id),
-        epochs=args.epochs, eval_each_epoch=True, checkpoints=manager, resume=args.resume,
+        state, train_step, loader, epochs=args.epochs, eval_each_epoch=True,
+        checkpoints=manager, resume=args.resume,
         evaluate=lambda state: {"valid_ppl": lm.evaluate(
             eval_step, model, state.params, ids["valid"], windows["valid"],
             reset=bool(args.eval_stride))["ppl"]},
-        place=lambda state: parallel.replicate(state, mesh), on_epoch_end=decay,
+        place=lambda state: parallel.replicate(state, mesh),
+        on_epoch_end=None if budget else decay,
         time_budget_min=args.time_budget_min, log_every=args.log_every,
         initial_carry=lambda: parallel.global_batch(
             lm.process_rows(model.initial_state(args.batch_size)), mesh),

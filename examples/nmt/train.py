@@ -6,12 +6,15 @@ With no arguments it trains a tiny Transformer on the built-in toy corpus in a f
     python examples/nmt/train.py --dataset multi30k --data-dir ../shared/data/multi30k-en-de \\
         --model transformer_small --save-dir runs/m30k
 
-Pipeline: SentencePiece model(s) trained on the train split (cached in --save-dir), bucketed
-token-budget batches with a few fixed shapes, the jit-compiled train step, validation BLEU with
+Pipeline: SentencePiece model(s) trained on the train split (cached in --save-dir), the split
+streamed from its files and encoded once into a memory-mapped token store (``store/``, rebuilt
+when a file or the tokenizer changes), bucketed token-budget batches with a few fixed shapes
+(``--accum-steps`` micro-batches per update), the jit-compiled train step, validation BLEU with
 beam search every --eval-interval steps, Orbax checkpoints (latest N and best), averaging of the
 last N, then cased and lowercased test BLEU with sacreBLEU signatures. ``--resume`` continues
 from the latest checkpoint (parameters, optimizer, data position). Outputs under --save-dir:
-``config.json``, ``spm*.model``, ``checkpoints/``, ``final/`` (evaluated params), ``summary.json``.
+``config.json``, ``spm*.model``, ``store/``, ``checkpoints/``, ``final/`` (evaluated params),
+``summary.json``.
 
 The same command runs on one device, on all local devices (data parallel over a ``data`` mesh
 axis) and as several processes (``--coordinator``/``--num-processes``/``--process-id`` or the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +49,8 @@ from textkit.training import (
 # settings that must not change when a run is resumed (data, vocabulary, model, data order)
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
                "spm_model_type", "joint_spm", "max_length", "model", "model_overrides", "init_from",
-               "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "seed")
+               "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "accum_steps",
+               "seed")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -66,6 +71,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spm-model-type", default="bpe", choices=["bpe", "unigram"])
     p.add_argument("--joint-spm", action=argparse.BooleanOptionalAction, default=True,
                    help="one SentencePiece model and shared embeddings for both sides")
+    p.add_argument("--encode-workers", type=int, default=None,
+                   help="processes encoding the train split into its token store (default: "
+                        "0 for the toy corpus, else the CPU count, at most 8)")
     p.add_argument("--max-length", type=int, default=128,
                    help="drop training pairs with a side longer than this (subword tokens)")
     p.add_argument("--batch-tokens", type=int, default=2048,
@@ -74,7 +82,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="round every bucket's global rows down to a multiple of this; it must "
                         "be a multiple of the device count (default: lcm(8, devices), so the "
                         "global batch is the same on 1, 2, 4 or 8 devices)")
-    p.add_argument("--num-buckets", type=int, default=4)
+    p.add_argument("--accum-steps", type=int, default=1,
+                   help="gradient accumulation: micro-batches of --batch-tokens per update, "
+                        "run in one compiled step (the update's budget is N x --batch-tokens)")
+    p.add_argument("--num-buckets", type=int, default=12,
+                   help="length buckets: one padded shape and one compiled train program "
+                        "each (Multi30k: 12 buckets -> 8 shapes; fewer waste more padding)")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     p.add_argument("--lr-schedule", default="inverse_sqrt", choices=translation.SCHEDULES,
                    help="budget: warm-up, constant, then linear decay reaching 0 exactly at "
@@ -115,7 +128,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     (default_src, default_tgt), _ = translation.DATASETS[args.dataset]
     return argparse.Namespace(**{
         **vars(args), "src_lang": args.src_lang or default_src,
-        "tgt_lang": args.tgt_lang or default_tgt,
+        "tgt_lang": args.tgt_lang or default_tgt, "encode_workers": (
+            args.encode_workers if args.encode_workers is not None
+            else 0 if args.dataset == "toy" else min(os.cpu_count() or 1, 8)),
         "spm_vocab_size": args.spm_vocab_size or (1000 if args.dataset == "toy" else 8000)})
 
 
@@ -152,29 +167,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run, mesh, config = launch(args, check=RESUME_KEYS)   # the first JAX call
     translation.check_max_length(args.model, parse_overrides(args.model_overrides),
                                  args.max_length)
-    train_pairs, valid_pairs, test_pairs = (translation.load_pairs(
-        args.dataset, split, data_dir=args.data_dir, src_lang=args.src_lang,
-        tgt_lang=args.tgt_lang, toy_sizes=args.toy_sizes.split(","), seed=args.seed)
-        for split in range(3))
+    where = dict(data_dir=args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+                 toy_sizes=args.toy_sizes.split(","), seed=args.seed)
+    train_text = translation.train_source(args.dataset, **where)     # streamed from the files
+    valid_pairs, test_pairs = (translation.load_pairs(args.dataset, split, **where)
+                               for split in (1, 2))
     valid_pairs = valid_pairs[:args.valid_size or None]
     pretrained = args.init_from and translation.init_from(args.init_from, args.precision,
                                                           args.model_overrides)
     src_tok, tgt_tok = pretrained[2:] if pretrained else translation.tokenizers(
-        run, args.joint_spm, train_pairs, args.spm_vocab_size, seed=args.seed,
+        run, args.joint_spm, train_text, args.spm_vocab_size, seed=args.seed,
         model_type=args.spm_model_type)
-    samples = translation.encode_pairs(train_pairs, src_tok, tgt_tok, max_length=args.max_length)
+    samples = translation.trainable(translation.encode_corpus(
+        run, train_text, src_tok, tgt_tok, num_workers=args.encode_workers), args.max_length)
     loader = translation.make_loader(
         samples, parallel.per_process(args.batch_tokens, "--batch-tokens"),
         pad_id=tgt_tok.pad_id, bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id,
         num_buckets=args.num_buckets, seed=args.seed, num_shards=jax.process_count(),
-        shard_id=jax.process_index(), batch_rows_multiple=rows_per_process(
-            args.batch_rows_multiple))
+        shard_id=jax.process_index(), accum_steps=args.accum_steps,
+        batch_rows_multiple=rows_per_process(args.batch_rows_multiple))
     model = pretrained.model if pretrained else translation.build_model(
         args.model, src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
         pad_id=src_tok.pad_id, precision=args.precision, shared_vocab=args.joint_spm,
         **parse_overrides(args.model_overrides))
     run.log(f"{args.dataset} {args.src_lang}->{args.tgt_lang}: {len(samples)} train pairs "
-            f"(of {len(train_pairs)}), {len(valid_pairs)} valid, {len(test_pairs)} test; "
+            f"(of {len(train_text)}), {len(valid_pairs)} valid, {len(test_pairs)} test; "
             f"vocab {len(src_tok)}/{len(tgt_tok)}; {len(loader)} batches per epoch; "
             f"{jax.device_count()} device(s) in {jax.process_count()} process(es)\n"
             f"{loader.batch_sampler.stats()}")
@@ -189,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         optimizer, train_key), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     train_step = make_train_step(translation.make_loss(model, args.label_smoothing), optimizer,
+                                 accum_steps=args.accum_steps,
                                  **parallel.train_step_shardings(mesh, state))
     translator = Translator(model, src_tok, tgt_tok, beam_size=args.beam_size,
                             alpha=args.alpha, batch_size=args.decode_batch_size,

@@ -22,6 +22,10 @@ IdPair = tuple[Sequence[int], Sequence[int]]
 Sample = tuple[np.ndarray, int]  # (token ids int32 [n], label)
 
 
+def _as_list(ids: Sequence[int] | np.ndarray) -> list[int]:
+    return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+
+
 class Seq2SeqBatchify:
     """``(src_ids, tgt_ids)`` samples -> the textkit seq2seq batch, padded to ``shape``.
 
@@ -39,9 +43,11 @@ class Seq2SeqBatchify:
 
     def __call__(self, samples: Sequence[IdPair],
                  shape: BatchShape | None = None) -> dict[str, np.ndarray]:
-        src_tokens, src_lengths = self.src([list(s) for s, _ in samples], shape)
-        tgt_input, tgt_lengths = self.tgt([self.bos + list(t) for _, t in samples], shape)
-        tgt_output = self.tgt_out([list(t) + self.eos for _, t in samples], shape)
+        src = [_as_list(s) for s, _ in samples]
+        tgt = [_as_list(t) for _, t in samples]
+        src_tokens, src_lengths = self.src(src, shape)
+        tgt_input, tgt_lengths = self.tgt([self.bos + t for t in tgt], shape)
+        tgt_output = self.tgt_out([t + self.eos for t in tgt], shape)
         return {"src_tokens": src_tokens, "src_lengths": src_lengths, "tgt_input": tgt_input,
                 "tgt_output": tgt_output, "tgt_lengths": tgt_lengths}
 

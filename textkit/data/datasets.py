@@ -1,15 +1,16 @@
 """File-backed datasets: text lines, parallel text, LM corpora, TSV and labelled text.
 
 Every dataset is an in-memory ``Sequence`` (``len`` and ``[i]``), read in one pass with numpy-free
-string operations. Bad input raises an error naming the file and the 1-based line; a file that
-gives no samples (empty, or only blank lines) raises ``ValueError`` naming it unless
-``allow_empty=True``, so an empty split is caught when it is loaded, not at the first step.
+string operations, except ``ParallelLines``, which streams. Bad input raises an error naming the
+file and the 1-based line; a file that gives no samples (empty, or only blank lines) raises
+``ValueError`` naming it unless ``allow_empty=True``, so an empty split is caught when it is
+loaded, not at the first step.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ import numpy as np
 
 __all__ = [
     "LanguageModelCorpus",
+    "ParallelLines",
     "ParallelTextDataset",
     "TSVDataset",
     "TextClassificationDataset",
     "TextLineDataset",
+    "count_lines",
     "read_lines",
 ]
 
@@ -120,6 +123,55 @@ class ParallelTextDataset(_ListDataset):
     @property
     def tgt(self) -> list[str]:
         return [t for _, t in self._items]
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Lines of a file as ``read_lines`` splits it (``\\n`` only; a last line without one
+    counts), without decoding it."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+class ParallelLines:
+    """Line-aligned source/target files streamed pair by pair: ``(src_line, tgt_line)`` for
+    every line (stripped; empty sides kept, so pair ``i`` is line ``i + 1``), for corpora too
+    large to hold in memory (``ParallelTextDataset`` reads everything).
+
+    ``len()`` is the line count; files with different counts raise ``ValueError`` naming both
+    paths and counts at construction, undecodable bytes ``ValueError`` naming the file and line
+    when reached.
+    """
+
+    def __init__(self, src_path: str | os.PathLike, tgt_path: str | os.PathLike,
+                 encoding: str = "utf-8"):
+        self.src_path, self.tgt_path, self.encoding = Path(src_path), Path(tgt_path), encoding
+        counts = [count_lines(p) for p in (self.src_path, self.tgt_path)]
+        if counts[0] != counts[1]:
+            raise ValueError(f"parallel files differ in length: {self.src_path} has {counts[0]} "
+                             f"lines, {self.tgt_path} has {counts[1]} lines")
+        self._len = counts[0]
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _lines(self, path: Path) -> Iterator[str]:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode(self.encoding)
+                except UnicodeDecodeError as err:
+                    raise ValueError(f"{path}, line {number}: invalid {self.encoding} "
+                                     f"({err.reason} at byte {err.start} of the line)") from None
+                if number == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                yield line.strip()
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return zip(self._lines(self.src_path), self._lines(self.tgt_path))
 
 
 class LanguageModelCorpus(_ListDataset):

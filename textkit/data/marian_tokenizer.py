@@ -70,6 +70,21 @@ class MarianTokenizer:
         self._decode_sp = (self._sp if self.decode_spm_path == self.spm_path else
                            spm.SentencePieceProcessor(model_file=str(self.decode_spm_path)))
 
+    def __getstate__(self) -> dict:
+        """Picklable (worker processes): the SentencePiece models travel as bytes."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_sp", "_decode_sp")}
+        state["_protos"] = (self._sp.serialized_model_proto(),
+                            self._decode_sp.serialized_model_proto())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        encode_proto, decode_proto = state.pop("_protos")
+        self.__dict__.update(state)
+        self._sp = spm.SentencePieceProcessor(model_proto=encode_proto)
+        self._decode_sp = (self._sp if self.decode_spm_path == self.spm_path else
+                           spm.SentencePieceProcessor(model_proto=decode_proto))
+
     def __len__(self) -> int:
         return max(self.vocab.values()) + 1
 

@@ -126,6 +126,17 @@ def get_dataset(name: str, segment: str = "train", root: str | os.PathLike | Non
     to the entry's builder, e.g. ``src_lang``/``tgt_lang`` or ``eos``/``bos`` for LM corpora.
     """
     info = get_dataset_info(name)
+    files = dataset_files(name, segment, root, progress=progress, **kwargs)
+    root = Path(root) if root is not None else textkit_home() / "datasets" / info.folder
+    return info.build(root, files, **kwargs)
+
+
+def dataset_files(name: str, segment: str = "train", root: str | os.PathLike | None = None,
+                  progress: bool = True, **kwargs: Any) -> dict[str, Path]:
+    """The verified local files of one segment, ``{role: path}`` (e.g. ``{"en": ..., "de":
+    ...}``), found, checked or downloaded as ``get_dataset`` does, without reading them (for
+    streaming a corpus too large for memory)."""
+    info = get_dataset_info(name)
     segment = info.segment_name(segment)
     cache = textkit_home() / "datasets" / info.folder
     root = Path(root) if root is not None else cache
@@ -135,7 +146,7 @@ def get_dataset(name: str, segment: str = "train", root: str | os.PathLike | Non
     paths = ensure_files(info, root, list(files.values()), progress=progress, cache=cache)
     for rel in files.values():
         _check_not_empty(paths[rel], info.name, segment)
-    return info.build(root, {role: paths[rel] for role, rel in files.items()}, **kwargs)
+    return {role: paths[rel] for role, rel in files.items()}
 
 
 def _check_not_empty(path: Path, name: str, segment: str) -> None:

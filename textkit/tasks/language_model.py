@@ -41,6 +41,7 @@ from textkit.training import train_step as steps
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import perplexity
 from textkit.training.optim import with_loss_scaling
+from textkit.training.schedules import scale_by_budget_schedule
 from textkit.training.train_step import CompiledStep, TrainState
 from textkit.vocab import Vocab
 
@@ -265,21 +266,35 @@ def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: 
 
 
 def optimizer(name: str, learning_rate: float, *, clip_norm: float | None = None,
-              weight_decay: float = 0.0,
-              policy: Policy | str = "float32") -> optax.GradientTransformation:
+              weight_decay: float = 0.0, policy: Policy | str = "float32",
+              schedule: str = "held", warmup_steps: int = 0, total_steps: int = 1,
+              decay_fraction: float = 0.2) -> optax.GradientTransformation:
     """Gradient clipping by global norm, then ``"sgd"`` or ``"adam"`` (AdamW when
-    ``weight_decay`` > 0) with the learning rate held in the state (see
-    ``textkit.training.optim.with_learning_rate``); dynamic loss scaling when ``policy``
-    needs it."""
-    if name == "sgd":
+    ``weight_decay`` > 0); dynamic loss scaling when ``policy`` needs it.
+
+    ``schedule="held"``: the learning rate is held in the state, for the recipe to change
+    between epochs (``textkit.training.optim.with_learning_rate``: plateau or per-epoch decay).
+    ``"budget"``: linear warm-up over ``warmup_steps``, constant, then linear decay to 0 over
+    the last ``decay_fraction`` of ``total_steps``, which ``fit`` keeps equal to the end of the
+    run (the epochs, or the steps a time budget allows).
+    """
+    if name not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
+    if schedule == "budget":
+        links = [optax.scale_by_adam()] if name == "adam" else []
+        if weight_decay:                       # decoupled after Adam (AdamW), L2 for SGD
+            links.append(optax.add_decayed_weights(weight_decay))
+        inner = optax.chain(*links, scale_by_budget_schedule(
+            learning_rate, warmup_steps, total_steps, decay_fraction))
+    elif schedule != "held":
+        raise ValueError(f"schedule must be 'held' or 'budget', got {schedule!r}")
+    elif name == "sgd":
         inner = optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate)
         if weight_decay:
             inner = optax.chain(optax.add_decayed_weights(weight_decay), inner)
-    elif name == "adam":
+    else:
         inner = optax.inject_hyperparams(optax.adamw)(learning_rate=learning_rate,
                                                       weight_decay=weight_decay)
-    else:
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
     if clip_norm is not None:
         if clip_norm <= 0:
             raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")

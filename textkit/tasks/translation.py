@@ -4,6 +4,9 @@ The pieces every task exposes (``textkit.tasks``), for ``(source, target)`` text
 
 * ``load_pairs`` (the named corpora and the built-in toy data) and ``tokenizers`` (SentencePiece
   models trained on the train split, cached in the run directory);
+* ``train_source`` / ``encode_corpus`` / ``trainable``: the train split streamed from its files
+  and encoded once, in parallel, into a memory-mapped ``TokenStore`` cached in the run directory
+  (``encode_pairs`` does the same in memory, for small lists of pairs);
 * ``Seq2SeqBatchify`` / ``make_loader``: ``(source ids, target ids)`` samples to the textkit
   batch dict through a token-budget ``FixedBucketSampler`` (fixed padded shapes);
 * ``make_loss``: ``loss_fn(params, batch, rng)`` for ``make_train_step`` / ``make_eval_step``;
@@ -16,6 +19,9 @@ The pieces every task exposes (``textkit.tasks``), for ``(source, target)`` text
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +37,16 @@ from textkit.batchify.tasks import IdPair
 from textkit.data import (
     DataLoader,
     FixedBucketSampler,
+    ParallelLines,
     SentencePieceTokenizer,
+    TokenStore,
+    build_token_store,
+    dataset_files,
+    file_digest,
     get_dataset,
     toy_translation,
 )
+from textkit.data.token_store import remove_stale
 from textkit.models import get_model, max_positions
 from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
@@ -52,6 +64,7 @@ __all__ = [
     "check_max_length",
     "choose_final",
     "count_tokens",
+    "encode_corpus",
     "encode_pairs",
     "evaluate",
     "init_params",
@@ -60,6 +73,8 @@ __all__ = [
     "make_loss",
     "optimizer",
     "tokenizers",
+    "train_source",
+    "trainable",
 ]
 
 # name -> (default source/target language, train / valid / test segment)
@@ -92,6 +107,11 @@ def load_pairs(dataset: str, split: int, *, data_dir: str | None = None,
     return pairs
 
 
+# SentencePiece trains on at most this many sentences, sampled (all of Multi30k or IWSLT; a
+# sample of WMT, whose 9M sentences would hold several GB in the trainer)
+SPM_SENTENCES = 2_000_000
+
+
 def spm_path(run: RunDir, side: str, joint: bool) -> Path:
     """SentencePiece model path of ``side`` ("src" or "tgt") in ``run``."""
     return run.root / ("spm.model" if joint else f"spm.{side}.model")
@@ -107,9 +127,12 @@ def tokenizers(run: RunDir, joint: bool, train_pairs: Sequence[tuple[str, str]] 
     (every process must call this) and load its files, so ``run.root`` must be on a file
     system they share.
     """
+    def sentences(side: str) -> Any:
+        """The training text of ``side``, streamed (pairs with an empty side left out)."""
+        pairs = (pair for pair in train_pairs or () if pair[0] and pair[1])
+        return (pair[0 if side == "src" else 1] for pair in pairs)
+
     def load_or_train() -> tuple[Any, Any]:
-        sides = {"src": [s for s, _ in train_pairs or ()],
-                 "tgt": [t for _, t in train_pairs or ()]}
         loaded = {}
         for side in ("src", "tgt"):
             path = spm_path(run, side, joint)
@@ -118,10 +141,11 @@ def tokenizers(run: RunDir, joint: bool, train_pairs: Sequence[tuple[str, str]] 
                 continue
             if train_pairs is None:
                 raise FileNotFoundError(f"{path} does not exist and no training text was given")
-            text = sides["src"] + sides["tgt"] if joint else sides[side]
+            text = (itertools.chain(sentences("src"), sentences("tgt")) if joint
+                    else sentences(side))
             loaded[side] = SentencePieceTokenizer.train(
                 text, path, vocab_size=vocab_size, model_type=model_type, seed=seed,
-                hard_vocab_limit=False, verbose=False)
+                input_sentence_size=SPM_SENTENCES, hard_vocab_limit=False, verbose=False)
         return loaded["src"], loaded["tgt"]
 
     if jax.process_count() > 1:
@@ -148,24 +172,96 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Any, tgt_token
             if s and t and len(s) <= limit and len(t) + 1 <= limit]
 
 
-def make_loader(samples: Sequence[IdPair], batch_tokens: int, *, pad_id: int, bos_id: int,
-                eos_id: int, num_buckets: int = 8, round_to: int = 8, shuffle: bool = True,
-                seed: int = 0, num_shards: int = 1, shard_id: int = 0,
-                batch_rows_multiple: int = 1, num_workers: int = 1) -> DataLoader:
+def train_source(dataset: str, *, data_dir: str | None = None, src_lang: str | None = None,
+                 tgt_lang: str | None = None, toy_sizes: Sequence[int] = (12000, 200, 500),
+                 seed: int = 0) -> Sequence[tuple[str, str]]:
+    """The train split's ``(source, target)`` text: ``ParallelLines`` streaming the corpus
+    files (every line, empty sides included), or the generated toy pairs in memory."""
+    if dataset == "toy":
+        return load_pairs("toy", 0, toy_sizes=toy_sizes, seed=seed)
+    (default_src, default_tgt), segments = DATASETS[dataset]
+    src_lang, tgt_lang = src_lang or default_src, tgt_lang or default_tgt
+    files = dataset_files(dataset, segments[0], data_dir, src_lang=src_lang, tgt_lang=tgt_lang)
+    for lang in (src_lang, tgt_lang):
+        if lang not in files:
+            raise ValueError(f"{dataset}: language {lang!r} not available; choose from "
+                             f"{sorted(files)}")
+    return ParallelLines(files[src_lang], files[tgt_lang])
+
+
+def _store_key(source: Sequence[tuple[str, str]], tokenizers: Sequence[Any]) -> str:
+    """Checksum of the source text (its files' bytes) and of the tokenizers' models."""
+    models = [hashlib.sha256(pickle.dumps(tok)).hexdigest() for tok in tokenizers]
+    if isinstance(source, ParallelLines):
+        return file_digest([source.src_path, source.tgt_path], *models)
+    text = hashlib.sha256("\n".join(f"{s}\t{t}" for s, t in source).encode()).hexdigest()
+    return file_digest([], text, *models)
+
+
+def encode_corpus(run: RunDir, source: Sequence[tuple[str, str]], src_tokenizer: Any,
+                  tgt_tokenizer: Any, *, num_workers: int = 0,
+                  name: str = "train") -> TokenStore:
+    """Every pair of ``source`` encoded into ``run.root/store/<name>-<key>`` (a ``TokenStore``
+    with fields ``src``, ``tgt``), built once in ``num_workers`` processes and reused while the
+    source files and tokenizers are unchanged. With several JAX processes only process 0
+    builds; the others wait and open it."""
+    key = _store_key(source, (src_tokenizer, tgt_tokenizer))
+    parent = run.root / "store"
+    directory = parent / f"{name}-{key[:16]}"
+
+    def build() -> TokenStore:
+        store = build_token_store(directory, lambda: iter(source),
+                                  (src_tokenizer, tgt_tokenizer), key=key,
+                                  num_workers=num_workers, total=len(source),
+                                  desc=f"encoding {name}")
+        remove_stale(parent, f"{name}-", directory)
+        return store
+
+    if jax.process_count() > 1:
+        if jax.process_index() == 0:
+            build()
+        multihost_utils.sync_global_devices("textkit token store built")
+        return TokenStore(directory)
+    return build()
+
+
+def trainable(store: TokenStore, max_length: int | None = None) -> TokenStore:
+    """The samples of ``store`` that ``encode_pairs`` keeps: both sides non-empty and (with
+    ``max_length``) the source and the target with its eos at most ``max_length`` tokens."""
+    lengths = store.lengths
+    limit = max_length if max_length is not None else np.iinfo(np.int64).max
+    keep = ((lengths[:, 0] > 0) & (lengths[:, 1] > 0) & (lengths[:, 0] <= limit)
+            & (lengths[:, 1] + 1 <= limit))
+    return store.select(np.flatnonzero(keep))
+
+
+def make_loader(samples: Sequence[IdPair] | TokenStore, batch_tokens: int, *, pad_id: int,
+                bos_id: int, eos_id: int, num_buckets: int = 8, round_to: int = 8,
+                shuffle: bool = True, seed: int = 0, num_shards: int = 1, shard_id: int = 0,
+                batch_rows_multiple: int = 1, accum_steps: int = 1,
+                num_workers: int = 1) -> DataLoader:
     """Resumable loader of seq2seq batches with at most ``num_buckets`` padded shapes.
 
     Buckets are keyed on (source length, target length + 1), rounded up to ``round_to``; each
     bucket's row count is ``batch_tokens // max(padded source, padded target)``, rounded down to
-    a multiple of ``batch_rows_multiple``. ``batch_tokens`` is this shard's budget.
+    a multiple of ``batch_rows_multiple``. ``batch_tokens`` is this shard's budget. With
+    ``accum_steps=N`` each batch holds N such micro-batches of one shape (``N * rows`` rows, for
+    ``make_train_step(..., accum_steps=N)``; the budget and the rows multiple are N times larger).
     ``loader.batch_sampler`` is the ``FixedBucketSampler`` (``stats()``, ``bucket_shapes``).
     """
     if not samples:
         raise ValueError("no training samples (all pairs empty or longer than the limit?)")
-    lengths = np.array([(len(s), len(t) + 1) for s, t in samples], dtype=np.int64)
-    sampler = FixedBucketSampler(lengths, batch_tokens, num_buckets=num_buckets,
+    if isinstance(samples, TokenStore):
+        lengths = samples.lengths + np.array([0, 1])
+    else:
+        lengths = np.array([(len(s), len(t) + 1) for s, t in samples], dtype=np.int64)
+    if accum_steps < 1:
+        raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
+    sampler = FixedBucketSampler(lengths, batch_tokens * accum_steps, num_buckets=num_buckets,
                                  batch_size_unit="tokens", round_to=round_to, shuffle=shuffle,
                                  seed=seed, num_shards=num_shards, shard_id=shard_id,
-                                 batch_rows_multiple=batch_rows_multiple, membership="padded")
+                                 batch_rows_multiple=batch_rows_multiple * accum_steps,
+                                 membership="padded")
     return DataLoader(samples, sampler, Seq2SeqBatchify(pad_id, bos_id, eos_id),
                       num_workers=num_workers)
 

@@ -99,11 +99,68 @@ def _loss_parts(loss_fn: Callable, params: Any, batch: Mapping[str, Any], rng: A
     return loss_sum, jnp.asarray(weight_sum, jnp.float32), aux, carry
 
 
+def _split_micro_batches(batch: Mapping[str, Any], accum_steps: int) -> Mapping[str, Any]:
+    """Every leaf ``[N * B, ...]`` -> ``[N, B, ...]``; micro-batch ``i`` takes rows ``i, i + N,
+    i + 2N, ...`` so that rows sharded over devices stay where they are."""
+
+    def split(x: jax.Array) -> jax.Array:
+        if x.ndim == 0 or x.shape[0] % accum_steps:
+            raise ValueError(f"accum_steps={accum_steps} needs every batch array's leading "
+                             f"dimension to be a multiple of it; got shape {x.shape}")
+        rows = x.shape[0] // accum_steps
+        return jnp.swapaxes(x.reshape(rows, accum_steps, *x.shape[1:]), 0, 1)
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def _gradients(loss_fn: Callable, with_carry: bool, params: Any, batch: Mapping[str, Any],
+               rng: Any, scale: jax.Array, step_carry: Any) -> tuple:
+    """``(grads of scale * mean loss, loss_sum, weight_sum, aux, new_carry)`` of one batch."""
+
+    def scaled_mean_loss(params):
+        loss_sum, weight_sum, aux, new_carry = _loss_parts(
+            loss_fn, params, batch, rng, step_carry, with_carry)
+        weight_sum = jax.lax.stop_gradient(weight_sum)
+        loss = loss_sum.astype(jnp.float32) / jnp.maximum(weight_sum, 1.0)
+        return loss * scale, (loss_sum.astype(jnp.float32), weight_sum, aux, new_carry)
+
+    grad_fn = jax.value_and_grad(scaled_mean_loss, has_aux=True)
+    (_, (loss_sum, weight_sum, aux, new_carry)), grads = grad_fn(params)
+    return grads, loss_sum, weight_sum, aux, new_carry
+
+
+def _accumulated_gradients(loss_fn: Callable, accum_steps: int, params: Any,
+                           batch: Mapping[str, Any], rng: Any, scale: jax.Array) -> tuple:
+    """``_gradients`` of the whole batch from ``accum_steps`` micro-steps in a ``lax.scan``."""
+    micro = _split_micro_batches(batch, accum_steps)
+
+    def micro_step(index, micro_batch):
+        grads, loss_sum, weight_sum, aux, _ = _gradients(
+            loss_fn, False, params, micro_batch, jax.random.fold_in(rng, index), scale, None)
+        # each mean-loss gradient weighted by its tokens: the sum over micro-batches divided by
+        # all tokens is the gradient of the whole batch's mean loss
+        grads = jax.tree_util.tree_map(lambda g: g.astype(jnp.float32) * weight_sum, grads)
+        return grads, loss_sum, weight_sum, aux
+
+    def add_micro_step(total, inputs):
+        return jax.tree_util.tree_map(jnp.add, total, micro_step(*inputs)), None
+
+    first = jax.tree_util.tree_map(lambda x: x[0], micro)
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                   jax.eval_shape(micro_step, 0, first))
+    (grads, loss_sum, weight_sum, aux), _ = jax.lax.scan(
+        add_micro_step, zeros, (jnp.arange(accum_steps), micro))
+    grads = jax.tree_util.tree_map(
+        lambda g, p: (g / jnp.maximum(weight_sum, 1.0)).astype(p.dtype), grads, params)
+    return grads, loss_sum, weight_sum, aux, None
+
+
 def make_train_step(
     loss_fn: Callable,
     optimizer: optax.GradientTransformation,
     *,
     carry: bool = False,
+    accum_steps: int = 1,
     donate: bool = True,
     in_shardings: Any = None,
     out_shardings: Any = None,
@@ -115,25 +172,35 @@ def make_train_step(
     ``loss_fn(params, batch, rng, carry) -> (loss_sum, (weight_sum, aux, new_carry))``; the new
     carry leaves the step with its gradient stopped.
 
+    With ``accum_steps=N`` > 1 (gradient accumulation) each batch array's leading dimension
+    ``N * B`` is cut into N micro-batches of B rows (rows ``i, i+N, ...`` form micro-batch
+    ``i``) that run one after the other in a ``lax.scan`` inside the one compiled program; their
+    gradients add up, weighted by their share of the tokens, into one update equal to that of
+    the whole batch (dropout keys differ per micro-batch). A non-finite gradient in any micro-step
+    makes the sum non-finite, so a dynamic loss scale skips the whole update. ``aux`` entries
+    must be per-batch sums (they are added up). Not with ``carry``.
+
     ``metrics``: ``loss`` (float32 per-token mean, unscaled), ``tokens`` (weight sum),
     ``grad_norm`` (global norm of the unscaled gradients; inf/NaN on an overflow step),
     ``loss_scale`` (the scale used for this step) and the entries of ``aux``.
     The state argument is donated when ``donate``; the shardings are passed to ``jax.jit``.
     """
+    if accum_steps < 1:
+        raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
+    if carry and accum_steps > 1:
+        raise ValueError("gradient accumulation (accum_steps > 1) does not thread a recurrent "
+                         "carry; use a larger batch or shorter BPTT windows")
 
     def train_step(state: TrainState, batch: Mapping[str, Any], step_carry: Any = None):
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         scale = loss_scale_of(state.opt_state)
-
-        def scaled_mean_loss(params):
-            loss_sum, weight_sum, aux, new_carry = _loss_parts(
-                loss_fn, params, batch, rng, step_carry, carry)
-            weight_sum = jax.lax.stop_gradient(weight_sum)
-            loss = loss_sum.astype(jnp.float32) / jnp.maximum(weight_sum, 1.0)
-            return loss * scale, (loss, weight_sum, aux, new_carry)
-
-        grad_fn = jax.value_and_grad(scaled_mean_loss, has_aux=True)
-        (_, (loss, weight_sum, aux, new_carry)), grads = grad_fn(state.params)
+        if accum_steps > 1:
+            grads, loss_sum, weight_sum, aux, new_carry = _accumulated_gradients(
+                loss_fn, accum_steps, state.params, batch, rng, scale)
+        else:
+            grads, loss_sum, weight_sum, aux, new_carry = _gradients(
+                loss_fn, carry, state.params, batch, rng, scale, step_carry)
+        loss = loss_sum / jnp.maximum(weight_sum, 1.0)
         grad_norm = optax.tree.norm(
             jax.tree_util.tree_map(lambda g: g.astype(jnp.float32), grads)) / scale
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -1,0 +1,244 @@
+"""Encoded corpora on disk: token ids memory-mapped, built once in parallel and cached.
+
+A store is a folder with, per field (e.g. ``src`` and ``tgt``), one flat file of token ids
+(``<field>.bin``, raw little-endian ``uint16`` when every vocabulary fits, else ``int32``) and
+``lengths.npy`` (int32 ``[num_samples, num_fields]``), plus ``meta.json`` (format, key, dtype,
+counts). Sample ``i``'s field ``f`` is ``ids_f[offsets_f[i]:offsets_f[i + 1]]``, offsets being
+the cumulative lengths. The ids are raw binary (as fairseq's and Megatron's indexed datasets
+are) rather than ``.npy`` because they are written as a stream whose total length is known only
+at the end; ``np.memmap`` reads them without loading them, so a corpus of any size costs the
+memory of its lengths (8 bytes per sample and field) plus the pages a batch touches.
+
+``build_token_store`` streams the text (chunks of lines, never the whole corpus), encodes the
+chunks in worker processes, writes into a staging folder and renames it into place, so a killed
+build leaves no store behind (the next call starts again). A store is keyed by the caller's
+``key`` (checksums of the tokenizer and source files, see ``file_digest``): a changed file gives
+a new key and the store is rebuilt. Every line becomes a sample (an empty side has length 0), so
+sample ``i`` is line ``i + 1`` of the source files; the caller selects what it trains on with
+``TokenStore.select``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from textkit._io import atomic_dir, write_json_atomic
+
+__all__ = ["TokenStore", "build_token_store", "file_digest", "remove_stale"]
+
+FORMAT, VERSION = "textkit-token-store", 1
+
+
+def file_digest(paths: Iterable[str | os.PathLike], *extra: Any) -> str:
+    """SHA-256 over the bytes of ``paths`` (in order) and the ``repr`` of ``extra`` values."""
+    digest = hashlib.sha256(f"{FORMAT}/{VERSION}".encode())
+    for path in paths:
+        digest.update(str(Path(path).name).encode())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    for value in extra:
+        digest.update(repr(value).encode())
+    return digest.hexdigest()
+
+
+class TokenStore:
+    """Memory-mapped encoded samples (see the module docstring); read-only.
+
+    ``len(store)``, ``store[i]`` -> tuple of int32 arrays (one per field),
+    ``store.__getitems__(indices)`` (what ``DataLoader`` calls), ``lengths`` int64
+    ``[n, num_fields]``, ``fields``, ``num_tokens``, ``select(indices)`` -> a store of those
+    samples (the same files).
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        meta_path = self.directory / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{self.directory} is not a token store (no meta.json)")
+        self.meta = json.loads(meta_path.read_text())
+        if self.meta.get("format") != FORMAT or self.meta.get("version") != VERSION:
+            raise ValueError(f"{meta_path}: not a {FORMAT} version {VERSION} "
+                             f"(format {self.meta.get('format')!r}, "
+                             f"version {self.meta.get('version')!r})")
+        self.fields = tuple(self.meta["fields"])
+        all_lengths = np.load(self.directory / "lengths.npy").astype(np.int64)
+        dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
+        self._ids, self._offsets = [], []
+        for f, field in enumerate(self.fields):
+            path = self.directory / f"{field}.bin"
+            expected = int(all_lengths[:, f].sum())
+            size = path.stat().st_size if path.is_file() else -1
+            if size != expected * dtype.itemsize:
+                raise ValueError(f"{path}: {size} bytes, but lengths.npy needs {expected} "
+                                 f"{dtype} ids; the store is damaged: delete {self.directory}")
+            self._ids.append(np.memmap(path, dtype=dtype, mode="r", shape=(expected,))
+                             if expected else np.zeros(0, dtype))
+            self._offsets.append(np.concatenate([[0], np.cumsum(all_lengths[:, f])]))
+        self._rows = np.arange(len(all_lengths))
+        self._all_lengths = all_lengths
+
+    @property
+    def key(self) -> str:
+        return self.meta["key"]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 ``[len(self), num_fields]`` tokens per sample and field."""
+        return self._all_lengths[self._rows]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        return (f"TokenStore({self.directory}, {len(self)} samples, fields {self.fields}, "
+                f"{self.num_tokens} tokens)")
+
+    def select(self, indices: Sequence[int] | np.ndarray) -> TokenStore:
+        """A view of samples ``indices`` (positions in this store), sharing the files."""
+        view = object.__new__(TokenStore)
+        view.__dict__.update(self.__dict__)
+        view._rows = self._rows[np.asarray(indices, dtype=np.int64)]
+        return view
+
+    def line_of(self, index: int) -> int:
+        """1-based line of the source files that sample ``index`` was encoded from."""
+        return int(self._rows[index]) + 1
+
+    def _sample(self, row: int) -> tuple[np.ndarray, ...]:
+        return tuple(ids[offsets[row]:offsets[row + 1]].astype(np.int32)
+                     for ids, offsets in zip(self._ids, self._offsets))
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, ...]:
+        return self._sample(int(self._rows[index]))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
+        return [self._sample(row) for row in self._rows[np.asarray(indices, np.int64)].tolist()]
+
+
+# ---------------------------------------------------------------------------------- building
+_WORKER_TOKENIZERS: Sequence[Any] = ()
+
+
+def _init_worker(tokenizers: Sequence[Any]) -> None:
+    global _WORKER_TOKENIZERS
+    _WORKER_TOKENIZERS = tokenizers
+
+
+def _encode_chunk(lines: list[tuple[str, ...]], tokenizers: Sequence[Any] | None = None,
+                  dtype: str = "int32") -> tuple[list[np.ndarray], np.ndarray]:
+    """Flat ids per field and int32 lengths ``[len(lines), num_fields]`` of one chunk."""
+    tokenizers = tokenizers or _WORKER_TOKENIZERS
+    flat, lengths = [], np.zeros((len(lines), len(tokenizers)), np.int32)
+    for f, tokenizer in enumerate(tokenizers):
+        encoded = tokenizer.encode([line[f] for line in lines])
+        lengths[:, f] = [len(ids) for ids in encoded]
+        flat.append(np.fromiter((i for ids in encoded for i in ids), dtype=dtype,
+                                count=int(lengths[:, f].sum())))
+    return flat, lengths
+
+
+def _chunks(samples: Iterable[tuple[str, ...]], size: int) -> Iterator[list[tuple[str, ...]]]:
+    chunk: list[tuple[str, ...]] = []
+    for sample in samples:
+        chunk.append(sample)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _encoded_chunks(samples: Iterable[tuple[str, ...]], tokenizers: Sequence[Any], dtype: str,
+                    num_workers: int, chunk_size: int) -> Iterator[tuple[list, np.ndarray]]:
+    """Chunks encoded in order, at most ``2 * num_workers`` in flight (bounded memory)."""
+    if num_workers == 0:
+        for chunk in _chunks(samples, chunk_size):
+            yield _encode_chunk(chunk, tokenizers, dtype)
+        return
+    context = multiprocessing.get_context("spawn")   # never fork a process running JAX threads
+    with ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
+                             initargs=(tokenizers,)) as pool:
+        pending: deque[Future] = deque()
+        for chunk in _chunks(samples, chunk_size):
+            pending.append(pool.submit(_encode_chunk, chunk, None, dtype))
+            if len(pending) >= 2 * num_workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def build_token_store(directory: str | os.PathLike,
+                      samples: Callable[[], Iterable[tuple[str, ...]]],
+                      tokenizers: Sequence[Any], *, key: str,
+                      fields: Sequence[str] = ("src", "tgt"), num_workers: int = 0,
+                      chunk_size: int = 4096, total: int | None = None,
+                      desc: str = "encoding") -> TokenStore:
+    """The store of ``samples()`` (tuples of texts, one per field, e.g. a line pair) encoded by
+    ``tokenizers`` (one per field: ``encode(list[str]) -> list[list[int]]``, ``len()`` the
+    vocabulary size, picklable when ``num_workers`` > 0) in ``directory``.
+
+    An existing store with the same ``key`` is opened as is; otherwise the store is built (in
+    ``num_workers`` spawned processes, 0: in this one), staged next to ``directory`` and renamed
+    into place. ``samples`` is called only when building; ``total`` sizes the progress bar.
+    """
+    directory = Path(directory)
+    if len(fields) != len(tokenizers):
+        raise ValueError(f"{len(fields)} fields {tuple(fields)} but {len(tokenizers)} tokenizers")
+    if (directory / "meta.json").is_file():
+        try:
+            store = TokenStore(directory)
+        except (ValueError, KeyError, json.JSONDecodeError):
+            store = None
+        if store is not None and store.key == key:
+            return store
+    dtype = "uint16" if max(len(t) for t in tokenizers) <= np.iinfo(np.uint16).max + 1 \
+        else "int32"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(directory) as staging:
+        files = [open(staging / f"{field}.bin", "wb") for field in fields]
+        lengths: list[np.ndarray] = []
+        try:
+            with tqdm(total=total, desc=desc, unit=" samples", unit_scale=True,
+                      mininterval=1.0, leave=False) as bar:
+                for flat, chunk_lengths in _encoded_chunks(samples(), tokenizers, dtype,
+                                                           num_workers, chunk_size):
+                    for file, ids in zip(files, flat):
+                        file.write(ids.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+                    lengths.append(chunk_lengths)
+                    bar.update(len(chunk_lengths))
+        finally:
+            for file in files:
+                file.close()
+        all_lengths = (np.concatenate(lengths) if lengths
+                       else np.zeros((0, len(fields)), np.int32))
+        np.save(staging / "lengths.npy", all_lengths)
+        write_json_atomic(staging / "meta.json", {
+            "format": FORMAT, "version": VERSION, "key": key, "fields": list(fields),
+            "dtype": dtype, "num_samples": len(all_lengths),
+            "num_tokens": all_lengths.sum(axis=0).tolist()})
+    return TokenStore(directory)
+
+
+def remove_stale(parent: str | os.PathLike, prefix: str, keep: str | os.PathLike) -> None:
+    """Delete the stores ``parent/<prefix>*`` other than ``keep`` (earlier keys) and staging
+    folders that a killed build left (``parent/.<prefix>*``)."""
+    for path in [*Path(parent).glob(f"{prefix}*"), *Path(parent).glob(f".{prefix}*")]:
+        if path.is_dir() and path.resolve() != Path(keep).resolve():
+            shutil.rmtree(path, ignore_errors=True)
