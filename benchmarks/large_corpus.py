@@ -11,7 +11,8 @@
    through ``FixedBucketSampler`` + ``Seq2SeqBatchify`` + ``DataLoader``; tokens/s counts real
    source + target tokens of the emitted batches.
 4. ``in-memory`` (with ``--compare-in-memory``): the path before the store, on the same files:
-   ``ParallelTextDataset`` + ``encode_pairs`` (Python lists) + the loader's sampler.
+   ``ParallelTextDataset`` + ``encode_pairs`` (Python lists), then the same epoch over the lists
+   (the peer of step 3: ``epoch_ratio`` = store / lists tokens per second).
 
 Each phase runs in its own process; its peak RSS is the largest sum of the resident sets of the
 phase's process and its children, sampled every 50 ms. Last line:
@@ -167,15 +168,20 @@ def epoch(work: Path, batch_tokens: int) -> dict:
                                          bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
                                          num_buckets=16, seed=0, num_workers=1)
         setup_s = time.perf_counter() - start
-        tokens, batches = 0, 0
-        start = time.perf_counter()
-        for batch in loader:
-            tokens += int(batch["src_lengths"].sum() + batch["tgt_lengths"].sum())
-            batches += 1
-        epoch_s = time.perf_counter() - start
-    return {"epoch_tokens_per_s": round(tokens / epoch_s), "epoch_s": round(epoch_s, 1),
-            "epoch_batches": batches, "epoch_tokens": tokens, "open_s": round(setup_s, 1),
-            "train_peak_rss_mib": rss.mib}
+        streamed = stream_epoch(loader)
+    return {**streamed, "open_s": round(setup_s, 1), "train_peak_rss_mib": rss.mib}
+
+
+def stream_epoch(loader, prefix: str = "epoch") -> dict:
+    """One pass over ``loader``: real source + target tokens per second, batches, tokens."""
+    tokens, batches = 0, 0
+    start = time.perf_counter()
+    for batch in loader:
+        tokens += int(batch["src_lengths"].sum() + batch["tgt_lengths"].sum())
+        batches += 1
+    seconds = time.perf_counter() - start
+    return {f"{prefix}_tokens_per_s": round(tokens / seconds), f"{prefix}_s": round(seconds, 1),
+            f"{prefix}_batches": batches, f"{prefix}_tokens": tokens}
 
 
 def in_memory(work: Path, batch_tokens: int) -> dict:
@@ -187,11 +193,12 @@ def in_memory(work: Path, batch_tokens: int) -> dict:
         start = time.perf_counter()
         pairs = list(ParallelTextDataset(work / "train.en", work / "train.de"))
         samples = translation.encode_pairs(pairs, tokenizer, tokenizer, max_length=128)
-        translation.make_loader(samples, batch_tokens, pad_id=tokenizer.pad_id,
-                                bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                                num_buckets=16, seed=0)
+        loader = translation.make_loader(samples, batch_tokens, pad_id=tokenizer.pad_id,
+                                         bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
+                                         num_buckets=16, seed=0, num_workers=1)
         load_s = time.perf_counter() - start
-    return {"in_memory_s": round(load_s, 1), "in_memory_peak_rss_mib": rss.mib}
+        streamed = stream_epoch(loader, prefix="in_memory_epoch")
+    return {"in_memory_s": round(load_s, 1), **streamed, "in_memory_peak_rss_mib": rss.mib}
 
 
 PHASES = {"generate": lambda a, w: generate(w, a.pairs),
@@ -238,6 +245,8 @@ def main() -> None:
         summary.update(run_phase("epoch", args, work))
         if args.compare_in_memory:
             summary.update(run_phase("in-memory", args, work))
+            summary["epoch_ratio"] = round(summary["epoch_tokens_per_s"]
+                                           / summary["in_memory_epoch_tokens_per_s"], 2)
     summary["cpu"] = machine
     print(json.dumps(summary))
 

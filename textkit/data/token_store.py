@@ -21,6 +21,7 @@ sample ``i`` is line ``i + 1`` of the source files; the caller selects what it t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -35,6 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from textkit._io import atomic_dir, write_json_atomic
+from textkit.data.download import file_hash
 
 __all__ = ["TokenStore", "build_token_store", "file_digest", "remove_stale"]
 
@@ -42,13 +44,11 @@ FORMAT, VERSION = "textkit-token-store", 1
 
 
 def file_digest(paths: Iterable[str | os.PathLike], *extra: Any) -> str:
-    """SHA-256 over the bytes of ``paths`` (in order) and the ``repr`` of ``extra`` values."""
+    """SHA-256 over the names and contents (``file_hash``) of ``paths`` and the ``repr`` of
+    ``extra`` values."""
     digest = hashlib.sha256(f"{FORMAT}/{VERSION}".encode())
     for path in paths:
-        digest.update(str(Path(path).name).encode())
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
+        digest.update(f"{Path(path).name}:{file_hash(path)}".encode())
     for value in extra:
         digest.update(repr(value).encode())
     return digest.hexdigest()
@@ -84,7 +84,8 @@ class TokenStore:
             if size != expected * dtype.itemsize:
                 raise ValueError(f"{path}: {size} bytes, but lengths.npy needs {expected} "
                                  f"{dtype} ids; the store is damaged: delete {self.directory}")
-            self._ids.append(np.memmap(path, dtype=dtype, mode="r", shape=(expected,))
+            # a plain ndarray view of the map: slicing an np.memmap subclass costs ~4x more
+            self._ids.append(np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=(expected,)))
                              if expected else np.zeros(0, dtype))
             self._offsets.append(np.concatenate([[0], np.cumsum(all_lengths[:, f])]))
         self._rows = np.arange(len(all_lengths))
@@ -129,7 +130,12 @@ class TokenStore:
         return self._sample(int(self._rows[index]))
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
-        return [self._sample(row) for row in self._rows[np.asarray(indices, np.int64)].tolist()]
+        rows = self._rows[np.asarray(indices, np.int64)]
+        fields = []
+        for ids, offsets in zip(self._ids, self._offsets):   # bounds as Python ints, per batch
+            bounds = zip(offsets[rows].tolist(), offsets[rows + 1].tolist())
+            fields.append([ids[start:stop].astype(np.int32) for start, stop in bounds])
+        return list(zip(*fields))
 
 
 # ---------------------------------------------------------------------------------- building
@@ -149,7 +155,7 @@ def _encode_chunk(lines: list[tuple[str, ...]], tokenizers: Sequence[Any] | None
     for f, tokenizer in enumerate(tokenizers):
         encoded = tokenizer.encode([line[f] for line in lines])
         lengths[:, f] = [len(ids) for ids in encoded]
-        flat.append(np.fromiter((i for ids in encoded for i in ids), dtype=dtype,
+        flat.append(np.fromiter(itertools.chain.from_iterable(encoded), dtype=dtype,
                                 count=int(lengths[:, f].sum())))
     return flat, lengths
 
