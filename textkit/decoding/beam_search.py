@@ -145,14 +145,14 @@ def force_eos(log_probs: jax.Array, at_cap: jax.Array, eos_id: int) -> jax.Array
     return jnp.where(at_cap, forced.astype(log_probs.dtype), log_probs)
 
 
-def _top_k_only(alive_logp: jax.Array, log_probs: jax.Array, eos_logp: jax.Array,
+def _top_k_only(top_logp: jax.Array, eos_logp: jax.Array,
                 truncated: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Finishing candidates float32[B, K] (EOS-ended, truncated) kept only where they rank
-    among the K best of all K x V extensions (alive_logp [B, K] + log_probs [B, K, V]), as
-    transformers' beam search; -inf elsewhere."""
-    batch, beams, vocab = log_probs.shape
-    every = (alive_logp[:, :, None] + log_probs).reshape(batch, beams * vocab)  # [B, K*V]
-    kth = lax.top_k(every, beams)[0][:, -1:]                                    # [B, 1]
+    among the K best of all K x V extensions, as transformers' beam search; -inf elsewhere.
+    Those K best lie among the K best non-EOS extensions (``top_logp`` [B, K]) and the K EOS
+    ones (``eos_logp`` [B, K]), so the K-th is found without a second top-K over K x V."""
+    beams = top_logp.shape[1]
+    kth = lax.top_k(jnp.concatenate([top_logp, eos_logp], 1), beams)[0][:, -1:]  # [B, 1]
     return (jnp.where(eos_logp >= kth, eos_logp, NEG_INF),
             jnp.where(truncated >= kth, truncated, NEG_INF))
 
@@ -199,7 +199,7 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         at_cap = (new_length >= caps)[:, None]                                  # [B, 1]
         truncated = jnp.where(at_cap, top_logp, NEG_INF)                        # [B, K]
         if hf_finish:
-            eos_logp, truncated = _top_k_only(state.alive_logp, log_probs, eos_logp, truncated)
+            eos_logp, truncated = _top_k_only(top_logp, eos_logp, truncated)
         # Merge old finished, EOS-finished and truncated; keep the best K.
         pool_scores = jnp.concatenate(
             [state.finished_scores, eos_logp / lp_now, truncated / lp_now], 1)  # [B, 3K]
