@@ -10,20 +10,31 @@ hypothesis (EOS suppressed through ``min_length``):
   written by ``textkit.models.save_pretrained``; textkit reads it with ``load_pretrained`` and HF
   with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
+Modes: ``beam4`` and ``greedy`` (float32) and ``beam4_int8`` (textkit with int8 weights,
+``textkit.models.quantize``; its ratio is against HF's float32 beam 4, the only HF mode).
 Encoding, cache set-up and the search loop run as one jit-compiled program per mode; compile time
 is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
 given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
-round by round; the figures are medians over rounds, the ratios float32 textkit / float32 HF.
-Without torch/transformers the HF side is skipped with a note. The last output line is one
-JSON object (``beam4_ratio``, ``greedy_ratio``, ``marian_beam4_ratio``, ... and ``cpu``).
+round by round; the figures are medians over rounds, the ratios textkit / float32 HF.
+Without torch/transformers the HF side is skipped with a note.
+
+``--checkpoint RUN_DIR --sentences FILE``: a third case, a model trained by
+``examples/nmt/train.py`` translating real sentences end to end (SentencePiece encode ->
+``Translator.translate`` -> decode) with the run's beam size and length penalty, float32 and
+int8 (``checkpoint_sent_s``, ``checkpoint_int8_sent_s``; median of ``--rounds`` after a
+warm-up pass that compiles). The last output line is one JSON object (``beam4_ratio``,
+``greedy_ratio``, ``beam4_int8_ratio``, ``marian_beam4_ratio``, ... and ``cpu``).
 
     python benchmarks/decode.py --hf-python /path/to/venv/bin/python
     python benchmarks/decode.py --quick --no-hf        # tiny models: checks that it runs
+    python benchmarks/decode.py --case none --checkpoint runs/m30k \
+        --sentences ../shared/data/multi30k-en-de/test_2016_flickr.en
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -42,9 +53,11 @@ from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.decoding import beam_search, greedy_search, model_step_fn
 from textkit.models import Transformer, get_model, load_pretrained, save_pretrained
 from textkit.models.marian import marian_config
+from textkit.models.quantize import quantize_int8
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
-MODES = ("beam4", "greedy")
+MODES = ("beam4", "greedy", "beam4_int8")
+HF_MODES = ("beam4", "greedy")
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tiny_marian"
 # OPUS-MT en-de (Helsinki-NLP/opus-mt-en-de) config.json, the fields that shape the compute.
 OPUS_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
@@ -108,24 +121,48 @@ def marian_case(checkpoint: Path, policy: str) -> Case:
                 tgt.bos_id, tgt.eos_id, tgt.pad_id)
 
 
-def compile_search(case: Case, mode: str, src: jax.Array):
-    """Compiled ``(params, src int32[B, S]) -> tokens int32[B, n, STEPS]`` and its compile s."""
-    step_fn = model_step_fn(case.model)
+def mode_params(case: Case, mode: str) -> Any:
+    """The case's parameters as ``mode`` decodes with them (int8 for ``*_int8``)."""
+    if not mode.endswith("_int8"):
+        return case.params
+    if not hasattr(case, "int8_params"):
+        case.int8_params = quantize_int8(case.model, case.params)
+    return case.int8_params
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherStep:
+    """The model's step without the beam hooks of the decoding contract: the search tiles the
+    cache, gathers it by parent every step and never grows it (the path before issue 17)."""
+
+    model: Any
+
+    def __call__(self, params, cache, tokens):
+        return self.model.apply({"params": params}, cache, tokens, method="decode_step")
+
+
+def compile_search(case: Case, mode: str, src: jax.Array, *, gather: bool = False):
+    """Compiled ``(params, src int32[B, S]) -> tokens int32[B, n, STEPS]`` and its compile s.
+
+    ``mode``: beam<K>[_int8] or greedy; ``gather``: through ``GatherStep``."""
+    step_fn = GatherStep(case.model) if gather else model_step_fn(case.model)
     options = dict(max_length=STEPS, eos_id=case.eos, pad_id=case.pad, min_length=STEPS)
 
     def run(params, src_tokens):
         variables = {"params": params}
         encoded = case.model.apply(variables, src_tokens, method="encode")
         cache = case.model.apply(variables, encoded, src_tokens, STEPS, method="init_cache")
-        if mode == "beam4":
-            return beam_search(step_fn, params, cache, case.bos, beam_size=4, alpha=0.6,
+        if mode.startswith("beam"):
+            beams = int(mode.removesuffix("_int8").removeprefix("beam"))
+            return beam_search(step_fn, params, cache, case.bos, beam_size=beams, alpha=0.6,
                                **options).tokens
         return greedy_search(step_fn, params, cache, case.bos, **options).tokens
 
+    params = mode_params(case, mode)
     start = time.perf_counter()
-    compiled = jax.jit(run).lower(case.params, src).compile()
+    compiled = jax.jit(run).lower(params, src).compile()
     compile_s = time.perf_counter() - start
-    tokens = np.asarray(compiled(case.params, src))
+    tokens = np.asarray(compiled(params, src))
     if np.any(tokens[..., :-1] == case.eos):
         raise RuntimeError(f"{case.name} {mode}: a hypothesis ended before {STEPS} tokens")
     return compiled, compile_s
@@ -176,9 +213,9 @@ def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
     for round_index in range(rounds):
         for mode in MODES:
             start = time.perf_counter()
-            compiled[mode](case.params, device_src).block_until_ready()
+            compiled[mode](mode_params(case, mode), device_src).block_until_ready()
             times.setdefault(f"textkit_{mode}", []).append(time.perf_counter() - start)
-            if worker:
+            if worker and mode in HF_MODES:
                 times.setdefault(f"hf_{mode}", []).append(worker.ask({"mode": mode})["batch_s"])
         print(f"  round {round_index + 1}: " + ", ".join(
             f"{key} {BATCH / values[-1]:.2f}" for key, values in times.items()) + " sent/s",
@@ -186,6 +223,62 @@ def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
     if worker:
         worker.close()
     return {key: BATCH / statistics.median(values) for key, values in times.items()}
+
+
+def compare_gather(case: Case, src: np.ndarray, rounds: int,
+                   beam_sizes: list[int]) -> dict[str, float]:
+    """Sentences/s of the search with the in-place cache and through ``GatherStep`` (the
+    tiled cache gathered every step), alternating, for each beam size; medians."""
+    device_src = jnp.asarray(src)
+    programs = {}
+    for beams in beam_sizes:
+        for path in ("inplace", "gather"):
+            programs[f"{path}_beam{beams}"], _ = compile_search(
+                case, f"beam{beams}", device_src, gather=path == "gather")
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for key, program in programs.items():
+            start = time.perf_counter()
+            program(case.params, device_src).block_until_ready()
+            times.setdefault(key, []).append(time.perf_counter() - start)
+    out = {f"{key}_sent_s": round(BATCH / statistics.median(values), 2)
+           for key, values in times.items()}
+    for beams in beam_sizes:
+        print(f"beam {beams}: in place {out[f'inplace_beam{beams}_sent_s']:.2f} sent/s, "
+              f"gathered {out[f'gather_beam{beams}_sent_s']:.2f} sent/s", flush=True)
+    return out
+
+
+def checkpoint_case(run_dir: str, sentences: str, rounds: int, limit: int) -> dict[str, float]:
+    """Sentences/s of a trained run translating the first ``limit`` lines of ``sentences``
+    end to end (text in, text out), float32 and int8; the int8 outputs' agreement too."""
+    from textkit.data.datasets import read_lines
+    from textkit.decoding import Translator
+    from textkit.tasks import translation
+
+    run = translation.load_trained(run_dir)
+    texts = read_lines(sentences)[:limit]
+    out: dict[str, float] = {"checkpoint_sentences": len(texts)}
+    outputs = {}
+    for label, quantize in (("checkpoint", None), ("checkpoint_int8", "int8")):
+        translator = Translator(run.model, run.src_tokenizer, run.tgt_tokenizer,
+                                beam_size=run.config["beam_size"], alpha=run.config["alpha"],
+                                batch_size=run.config["decode_batch_size"], quantize=quantize)
+        start = time.perf_counter()
+        outputs[label] = translator.translate(run.params, texts)   # compiles every shape
+        first_s = time.perf_counter() - start
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            translator.translate(run.params, texts)
+            times.append(time.perf_counter() - start)
+        out[f"{label}_sent_s"] = round(len(texts) / statistics.median(times), 2)
+        print(f"checkpoint {label}: {out[f'{label}_sent_s']:.2f} sent/s end to end "
+              f"({len(texts)} sentences, beam {run.config['beam_size']}; first pass with "
+              f"compilation {first_s:.1f} s)", flush=True)
+    same = sum(a == b for a, b in zip(outputs["checkpoint"], outputs["checkpoint_int8"]))
+    out["checkpoint_int8_same_output"] = round(same / len(texts), 3)
+    return out
 
 
 def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | None,
@@ -197,18 +290,28 @@ def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | No
         out[f"{prefix}{mode}_sent_s"] = round(f32[f"textkit_{mode}"], 2)
         if bf16:
             out[f"{prefix}{mode}_bfloat16_sent_s"] = round(bf16[f"textkit_{mode}"], 2)
-        if f"hf_{mode}" in f32:
-            out[f"{prefix}hf_{mode}_sent_s"] = round(f32[f"hf_{mode}"], 2)
-            out[f"{prefix}{mode}_ratio"] = round(f32[f"textkit_{mode}"] / f32[f"hf_{mode}"], 2)
+        peer = mode.removesuffix("_int8")
+        if f"hf_{peer}" in f32:
+            out[f"{prefix}hf_{peer}_sent_s"] = round(f32[f"hf_{peer}"], 2)
+            out[f"{prefix}{mode}_ratio"] = round(f32[f"textkit_{mode}"] / f32[f"hf_{peer}"], 2)
             print(f"{case_name} {mode}: textkit {f32[f'textkit_{mode}']:.2f} sent/s, HF "
-                  f"{f32[f'hf_{mode}']:.2f} sent/s: {out[f'{prefix}{mode}_ratio']:.2f}x",
-                  flush=True)
+                  f"{peer} {f32[f'hf_{peer}']:.2f} sent/s: "
+                  f"{out[f'{prefix}{mode}_ratio']:.2f}x", flush=True)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=["synthetic", "marian", "all"], default="all")
+    parser.add_argument("--case", choices=["synthetic", "marian", "all", "none"],
+                        default="all")
+    parser.add_argument("--checkpoint", default=None,
+                        help="save dir of an examples/nmt/train.py run (the real-model case)")
+    parser.add_argument("--sentences", default=None,
+                        help="source sentences for --checkpoint, one per line")
+    parser.add_argument("--checkpoint-lines", type=int, default=500)
+    parser.add_argument("--compare-gather", default=None, metavar="K,K,...",
+                        help="also time the synthetic case's beam search with the in-place "
+                             "cache against the gathered one, for these beam sizes")
     parser.add_argument("--quick", action="store_true",
                         help="tiny models, vocabulary 1000: checks that the script runs")
     parser.add_argument("--bfloat16", action="store_true",
@@ -233,11 +336,18 @@ def main() -> None:
                       if args.case in ("marian", "all") else None)
         builders = {"synthetic": lambda policy: synthetic_case(args.quick, policy),
                     "marian": lambda policy: marian_case(checkpoint, policy)}
-        for name in (["synthetic", "marian"] if args.case == "all" else [args.case]):
+        names = {"all": ["synthetic", "marian"], "none": []}.get(args.case, [args.case])
+        for name in names:
             f32 = measure(builders[name]("float32"), src, args.rounds, hf_python, "float32")
             bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, "bfloat16")
                     if args.bfloat16 else None)
             summary.update(summarise(name, f32, bf16))
+    if args.compare_gather:
+        summary.update(compare_gather(synthetic_case(args.quick, "float32"), src, args.rounds,
+                                      [int(k) for k in args.compare_gather.split(",")]))
+    if args.checkpoint:
+        summary.update(checkpoint_case(args.checkpoint, args.sentences, args.rounds,
+                                       args.checkpoint_lines))
     summary["cpu"] = machine
     print(json.dumps(summary))
 

@@ -14,10 +14,9 @@ import subprocesses
 
 from textkit.batchify import BatchShape
 from textkit.data import toy_translation
-from textkit.models import parse_overrides
 from textkit.tasks import translation
 from textkit.tasks.translation import Seq2SeqBatchify, bleu_scores, build_model, init_params
-from textkit.training import CheckpointManager, RunDir
+from textkit.training import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "nmt"
@@ -188,17 +187,37 @@ def test_translate_script_reproduces_the_test_evaluation(runs, tmp_path):
 
 @pytest.mark.slow
 def test_final_params_load_for_translation(runs):
-    run = RunDir(runs["root"] / "whole")
-    config = run.read_config()
-    src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
-    model = build_model(config["model"], src_vocab_size=len(src_tok),
-                        tgt_vocab_size=len(tgt_tok), pad_id=src_tok.pad_id,
-                        shared_vocab=config["joint_spm"],
-                        **parse_overrides(config["model_overrides"]))
-    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
-    params, extra = run.load_final(target)
-    assert extra["source"] == runs["whole"]["evaluated"]
-    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(target)
+    trained = translation.load_trained(runs["root"] / "whole")
+    target = jax.eval_shape(lambda key: init_params(trained.model, key), jax.random.PRNGKey(0))
+    assert trained.source.startswith(runs["whole"]["evaluated"])
+    assert jax.tree_util.tree_structure(trained.params) == jax.tree_util.tree_structure(target)
+    assert trained.config["model"] == runs["whole"]["config"]["model"]
+
+
+@pytest.mark.slow
+def test_translate_int8_and_the_decode_benchmark_on_a_trained_run(runs, tmp_path):
+    """translate.py --quantize int8 end to end, and benchmarks/decode.py's real-model case."""
+    save_dir = runs["root"] / "whole"
+    test_pairs = toy_translation("test", num_sentences=int(TOY.split(",")[2]), seed=0)
+    source, reference = tmp_path / "test.src", tmp_path / "test.ref"
+    source.write_text("".join(s + "\n" for s, _ in test_pairs), encoding="utf-8")
+    reference.write_text("".join(t + "\n" for _, t in test_pairs), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "translate.py"), "--checkpoint", str(save_dir),
+         "--quantize", "int8", "--input", str(source), "--reference", str(reference)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == len(test_pairs)
+    assert "BLEU" in result.stderr and "case:lc" in result.stderr
+    bench = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--case", "none",
+         "--checkpoint", str(save_dir), "--sentences", str(source), "--rounds", "1",
+         "--checkpoint-lines", "8"],
+        capture_output=True, text=True, cwd=ROOT / "benchmarks", timeout=600)
+    assert bench.returncode == 0, bench.stderr
+    summary = json.loads(bench.stdout.splitlines()[-1])
+    assert summary["checkpoint_sent_s"] > 0 and summary["checkpoint_int8_sent_s"] > 0
+    assert summary["checkpoint_sentences"] == 8
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ max_new_tokens, i.e. max_length - 1)::
     python examples/nmt/translate.py --pretrained opus-mt-en-de < sentences.txt
     python examples/nmt/translate.py --pretrained opus-mt-en-de --beam-size 1
 
+--quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.quantize``).
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
@@ -29,15 +30,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import jax
-
 from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
 from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.models import PretrainedError, parse_overrides
+from textkit.models import PretrainedError
 from textkit.tasks import translation
-from textkit.training import RunDir
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -54,6 +52,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="--pretrained: most output tokens, EOS included (default: "
                         "generation_config.json's max_length - 1)")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
+    p.add_argument("--quantize", choices=["int8"], default=None,
+                   help="int8 weights and int8 x int8 matmuls (CPU inference)")
     p.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
                    help="a source longer than the model's positions: truncate it (warning "
                         "naming the line) or stop with an error naming the line")
@@ -78,7 +78,7 @@ def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object,
     """(translator, params, description) of a --pretrained checkpoint directory; the flags
     given override its generation defaults."""
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
-             "batch_size": args.batch_size}
+             "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
     try:
         translator, params = Translator.from_pretrained(
@@ -90,24 +90,15 @@ def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object,
 
 def checkpoint_translator(args: argparse.Namespace) -> tuple[Translator, object, str]:
     """(translator, params, description) of a training run's --save-dir."""
-    run = RunDir(args.checkpoint)
-    config = run.read_config()
-    src_tok, tgt_tok = translation.tokenizers(run, config["joint_spm"])
-    model = translation.build_model(
-        config["model"], src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
-        pad_id=src_tok.pad_id, precision=config["precision"], shared_vocab=config["joint_spm"],
-        **parse_overrides(config["model_overrides"]))
-    target = jax.eval_shape(lambda key: translation.init_params(model, key),
-                            jax.random.PRNGKey(0))
-    params, extra = run.load_final(target)
-
+    run = translation.load_trained(args.checkpoint)
+    config = run.config
     translator = Translator(
-        model, src_tok, tgt_tok,
+        run.model, run.src_tokenizer, run.tgt_tokenizer,
         beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
         alpha=args.alpha if args.alpha is not None else config["alpha"],
         batch_size=args.batch_size or config["decode_batch_size"],
-        on_long_source=args.on_long_source)
-    return translator, params, f"{extra['source']} of {run.root}"
+        on_long_source=args.on_long_source, quantize=args.quantize)
+    return translator, run.params, run.source
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:

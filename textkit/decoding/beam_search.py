@@ -18,9 +18,16 @@ max_length)``:
   ``logp / max_n lp(n)`` over the lengths still reachable. A row stops when that bound is no
   better than its ``n_best``-th finished score; the loop stops when every row has stopped or
   ``max_length`` tokens were generated.
-* The cache is tiled to B*K rows on entry and reordered by parent beam each step. Leaves that
-  ``step_fn`` returns unchanged (e.g. the encoder memory) are identical across the beams of a
-  row and are not reordered.
+* The first step runs on the B rows of the cache as given (every hypothesis starts from the
+  same prefix); the cache is then expanded to the K hypotheses of each row. A step function
+  with the beam hooks of the decoding contract (``beam_cache``/``reorder_beams``: a Transformer
+  through ``model_step_fn``) keeps its cache in place and reorders only a small ancestry table;
+  any other cache is tiled to B*K rows and its rows gathered by parent beam each step (leaves
+  that ``step_fn`` returns unchanged, e.g. the encoder memory, are not gathered). With K = 1
+  nothing is reordered.
+* With an int start token (a fresh cache: nothing decoded yet) and a step function with the
+  ``resize_cache`` hook, the loop runs in segments of 16, 32, 64, ... positions and the cache
+  grows between them, so attention reads the filled part of the cache only.
 
 With a beam as wide as every hypothesis this is exhaustive search (tested). With ``K=1`` it is not
 always greedy decoding: the best EOS-ending prefix along the way is kept even when the argmax
@@ -54,11 +61,16 @@ from textkit.decoding.contract import (
     batch_size_of,
     check_decoding,
     check_max_length,
+    expand_beams,
+    grown_cache,
     length_caps,
     length_penalty,
-    repeat_cache,
+    may_grow,
+    reorder_beams,
+    segment_lengths,
     start_token_array,
 )
+from textkit.decoding.top_k import top_k
 
 NEG_INF = float("-inf")
 
@@ -79,18 +91,6 @@ def _take_beams(x: jax.Array, index: jax.Array) -> jax.Array:
     return jax.vmap(lambda row, idx: row[idx])(x, index)
 
 
-def _reorder_cache(new_cache: PyTree, old_cache: PyTree, flat_parent: jax.Array) -> PyTree:
-    """Gather rows ``flat_parent`` int32[B*K] of every leaf ``step_fn`` changed."""
-    new_leaves, treedef = jax.tree_util.tree_flatten(new_cache)
-    old_leaves = jax.tree_util.tree_leaves(old_cache)
-    if len(new_leaves) != len(old_leaves):
-        raise ValueError("step_fn must return a cache with the same structure it was given")
-    # Parents are valid rows by construction: no out-of-bounds fill (a select per element).
-    moved = [new if new is old else new.at[flat_parent].get(mode="promise_in_bounds")
-             for new, old in zip(new_leaves, old_leaves)]
-    return jax.tree_util.tree_unflatten(treedef, moved)
-
-
 def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                 beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
                 k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
@@ -103,7 +103,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         (hashable; ``model_step_fn(model)`` is).
       params: model parameters, passed through to ``step_fn``.
       cache: decoding state for B rows; every leaf has leading axis B.
-      start_tokens: int (bos) or int32[B] (last prefix token, for language models).
+      start_tokens: int (bos: ``cache`` holds nothing decoded yet) or int32[B] (the last
+        token of a prefix already fed to ``cache``, see ``prefill``).
       beam_size: K alive and K finished hypotheses per row.
       max_length: L, static size of the token axis and the global cap on generated tokens.
       eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
@@ -134,7 +135,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
         jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
-        n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish)
+        n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish,
+        fresh=may_grow(step_fn, start_tokens))
 
 
 def force_eos(log_probs: jax.Array, at_cap: jax.Array, eos_id: int) -> jax.Array:
@@ -157,96 +159,126 @@ def _top_k_only(top_logp: jax.Array, eos_logp: jax.Array,
             jnp.where(truncated >= kth, truncated, NEG_INF))
 
 
+class _Search(NamedTuple):
+    """What one search holds constant: per-row caps int32[B], float32 alpha / k / min_length,
+    the largest length penalty per row float32[B], and the static options."""
+
+    caps: jax.Array
+    alpha: jax.Array
+    k: jax.Array
+    min_length: jax.Array
+    lp_cap: jax.Array
+    beams: int
+    max_length: int
+    eos_id: int
+    n_best: int
+    forced_eos: bool
+    hf_finish: bool
+
+
+def _select(search: _Search, state: _BeamState,
+            log_probs: jax.Array) -> tuple[_BeamState, jax.Array]:
+    """The search after one step's log_probs [B, K, V]: the new state (its cache not yet
+    moved) and the parent beam int32[B, K] of each new alive hypothesis."""
+    batch, beams, vocab = log_probs.shape
+    eos_id, caps = search.eos_id, search.caps
+    positions = jnp.arange(search.max_length, dtype=jnp.int32)                  # [L]
+    new_length = state.step + 1                                                 # []
+    lp_now = length_penalty(new_length, search.alpha, search.k)                 # []
+    log_probs = log_probs.astype(jnp.float32)                                   # [B, K, V]
+    if search.forced_eos:
+        log_probs = force_eos(log_probs, new_length >= caps, eos_id)             # [B, K, V]
+    # Finishing with EOS: one candidate per alive hypothesis.
+    eos_logp = state.alive_logp + log_probs[:, :, eos_id]                       # [B, K]
+    eos_logp = jnp.where(new_length >= search.min_length, eos_logp, NEG_INF)    # [B, K]
+    write = positions == state.step                                             # [L]
+    eos_tokens = jnp.where(write, eos_id, state.alive_tokens)                   # [B, K, L]
+    # Going on: best K extensions by any token but EOS (exact top-k through chunk maxima).
+    go_on = state.alive_logp[:, :, None] + log_probs.at[:, :, eos_id].set(NEG_INF)
+    top_logp, top_index = top_k(go_on.reshape(batch, beams * vocab), beams)     # [B, K]
+    parent = top_index // vocab                                                 # [B, K]
+    token = (top_index % vocab).astype(jnp.int32)                               # [B, K]
+    top_tokens = jnp.where(write, token[:, :, None],
+                           _take_beams(state.alive_tokens, parent))             # [B, K, L]
+    at_cap = (new_length >= caps)[:, None]                                      # [B, 1]
+    truncated = jnp.where(at_cap, top_logp, NEG_INF)                            # [B, K]
+    if search.hf_finish:
+        eos_logp, truncated = _top_k_only(top_logp, eos_logp, truncated)
+    # Merge old finished, EOS-finished and truncated; keep the best K.
+    pool_scores = jnp.concatenate(
+        [state.finished_scores, eos_logp / lp_now, truncated / lp_now], 1)      # [B, 3K]
+    pool_tokens = jnp.concatenate(
+        [state.finished_tokens, eos_tokens, top_tokens], 1)                     # [B, 3K, L]
+    pool_lengths = jnp.concatenate(
+        [state.finished_lengths, jnp.full((batch, 2 * beams), new_length, jnp.int32)], 1)
+    finished_scores, keep = lax.top_k(pool_scores, beams)                       # [B, K]
+    # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
+    # hf_finish: transformers' heuristic (K finished, the current length's penalty)
+    lp_best, bar = ((lp_now, beams - 1) if search.hf_finish
+                    else (jnp.maximum(search.lp_cap, lp_now), search.n_best - 1))
+    done = at_cap[:, 0] | (top_logp[:, 0] / lp_best <= finished_scores[:, bar])  # [B]
+    return _BeamState(
+        step=new_length,
+        cache=state.cache,
+        last_tokens=token,
+        alive_tokens=top_tokens,
+        alive_logp=jnp.where(done[:, None], NEG_INF, top_logp),                 # [B, K]
+        finished_tokens=_take_beams(pool_tokens, keep),                         # [B, K, L]
+        finished_scores=finished_scores,
+        finished_lengths=_take_beams(pool_lengths, keep),                       # [B, K]
+    ), parent
+
+
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
-    "hf_finish"))
+    "hf_finish", "fresh"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
                  max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
-                 hf_finish: bool) -> DecodeOutput:
-    """``beam_search`` with normalised arguments: start int32[B], caps int32[B]."""
-    batch = caps.shape[0]
-    beams = beam_size
-    positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
-    # Largest length penalty any still-alive hypothesis of a row can end with.
-    lp_cap = length_penalty(caps, alpha, k)                                     # [B]
+                 hf_finish: bool, fresh: bool) -> DecodeOutput:
+    """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``fresh``:
+    the cache holds nothing decoded yet (it grows in segments)."""
+    batch, beams = caps.shape[0], beam_size
+    # lp_cap: the largest length penalty any still-alive hypothesis of a row can end with.
+    search = _Search(caps, alpha, k, min_length, length_penalty(caps, alpha, k), beams,
+                     max_length, eos_id, n_best, forced_eos, hf_finish)
 
     def expand(state: _BeamState) -> _BeamState:
-        step = state.step
-        new_length = step + 1                                                   # []
-        lp_now = length_penalty(new_length, alpha, k)                           # []
         log_probs, new_cache = step_fn(
             params, state.cache, state.last_tokens.reshape(batch * beams))      # [B*K, V]
-        vocab = log_probs.shape[-1]
-        log_probs = log_probs.astype(jnp.float32).reshape(batch, beams, vocab)  # [B, K, V]
-        if forced_eos:
-            log_probs = force_eos(log_probs, new_length >= caps, eos_id)         # [B, K, V]
-        # Finishing with EOS: one candidate per alive hypothesis.
-        eos_logp = state.alive_logp + log_probs[:, :, eos_id]                   # [B, K]
-        eos_logp = jnp.where(new_length >= min_length, eos_logp, NEG_INF)       # [B, K]
-        write = positions == step                                               # [L]
-        eos_tokens = jnp.where(write, eos_id, state.alive_tokens)               # [B, K, L]
-        # Going on: best K extensions by any token but EOS.
-        go_on = state.alive_logp[:, :, None] + log_probs.at[:, :, eos_id].set(NEG_INF)
-        # The barrier keeps XLA from fusing the consumers into a full sort of K*V candidates
-        # (its CPU TopK kernel only replaces a sort whose users are plain slices).
-        top_logp, top_index = lax.optimization_barrier(
-            lax.top_k(go_on.reshape(batch, beams * vocab), beams))              # [B, K]
-        parent = top_index // vocab                                             # [B, K]
-        token = (top_index % vocab).astype(jnp.int32)                           # [B, K]
-        top_tokens = jnp.where(write, token[:, :, None],
-                               _take_beams(state.alive_tokens, parent))         # [B, K, L]
-        at_cap = (new_length >= caps)[:, None]                                  # [B, 1]
-        truncated = jnp.where(at_cap, top_logp, NEG_INF)                        # [B, K]
-        if hf_finish:
-            eos_logp, truncated = _top_k_only(top_logp, eos_logp, truncated)
-        # Merge old finished, EOS-finished and truncated; keep the best K.
-        pool_scores = jnp.concatenate(
-            [state.finished_scores, eos_logp / lp_now, truncated / lp_now], 1)  # [B, 3K]
-        pool_tokens = jnp.concatenate(
-            [state.finished_tokens, eos_tokens, top_tokens], 1)                 # [B, 3K, L]
-        pool_lengths = jnp.concatenate(
-            [state.finished_lengths,
-             jnp.full((batch, 2 * beams), new_length, jnp.int32)], 1)           # [B, 3K]
-        finished_scores, keep = lax.top_k(pool_scores, beams)                   # [B, K]
-        finished_tokens = _take_beams(pool_tokens, keep)                        # [B, K, L]
-        finished_lengths = _take_beams(pool_lengths, keep)                      # [B, K]
-        # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
-        # hf_finish: transformers' heuristic (K finished, the current length's penalty)
-        lp_best, bar = (lp_now, beams - 1) if hf_finish else (jnp.maximum(lp_cap, lp_now),
-                                                               n_best - 1)
-        done = at_cap[:, 0] | (top_logp[:, 0] / lp_best <= finished_scores[:, bar])  # [B]
-        alive_logp = jnp.where(done[:, None], NEG_INF, top_logp)                # [B, K]
-        flat_parent = (jnp.arange(batch)[:, None] * beams + parent).reshape(-1)  # [B*K]
-        return _BeamState(
-            step=new_length,
-            cache=_reorder_cache(new_cache, state.cache, flat_parent),
-            last_tokens=token,
-            alive_tokens=top_tokens,
-            alive_logp=alive_logp,
-            finished_tokens=finished_tokens,
-            finished_scores=finished_scores,
-            finished_lengths=finished_lengths,
-        )
+        new_state, parent = _select(search, state, log_probs.reshape(batch, beams, -1))
+        return new_state._replace(cache=reorder_beams(
+            step_fn, params, new_cache, state.cache, parent, in_place))
 
-    def running(state: _BeamState) -> jax.Array:
-        return (state.step < max_length) & jnp.any(state.alive_logp > NEG_INF)
-
+    lengths = segment_lengths(max_length) if fresh else (max_length,)
+    first_cache = grown_cache(step_fn, params, cache, lengths[0]) if fresh else None
+    if first_cache is None:   # not fresh, or a step function whose model cannot resize
+        lengths, first_cache = (max_length,), cache
+    # Step 0 on the B rows: every hypothesis of a row starts from the same prefix.
+    log_probs, first_cache = step_fn(params, first_cache, start)                # [B, V]
     first_beam_only = jnp.where(jnp.arange(beams) == 0, 0.0, NEG_INF)           # [K]
-    initial = _BeamState(
+    state, _ = _select(search, _BeamState(
         step=jnp.zeros((), jnp.int32),
-        cache=repeat_cache(cache, beams),                                       # [B*K, ...]
-        last_tokens=jnp.repeat(start[:, None], beams, axis=1),                  # [B, K]
+        cache=None,
+        last_tokens=jnp.zeros((batch, beams), jnp.int32),
         alive_tokens=jnp.full((batch, beams, max_length), pad_id, jnp.int32),   # [B, K, L]
         alive_logp=jnp.tile(first_beam_only, (batch, 1)).astype(jnp.float32),  # [B, K]
         finished_tokens=jnp.full((batch, beams, max_length), pad_id, jnp.int32),
         finished_scores=jnp.full((batch, beams), NEG_INF, jnp.float32),         # [B, K]
         finished_lengths=jnp.zeros((batch, beams), jnp.int32),                  # [B, K]
-    )
-    final = lax.while_loop(running, expand, initial)
-    empty = final.finished_scores[:, :n_best] == NEG_INF                        # [B, n]
+    ), jnp.broadcast_to(log_probs[:, None], (batch, beams, log_probs.shape[-1])))
+    # The K copies of a row are identical, so the first step's parents need no reordering.
+    beam_cache, in_place = expand_beams(step_fn, params, first_cache, beams)     # B*K hyps
+    state = state._replace(cache=beam_cache)
+    for index, length in enumerate(lengths):
+        if index:
+            state = state._replace(cache=grown_cache(step_fn, params, state.cache, length))
+        state = lax.while_loop(
+            lambda s, length=length: (s.step < length) & jnp.any(s.alive_logp > NEG_INF),
+            expand, state)
+    empty = state.finished_scores[:, :n_best] == NEG_INF                        # [B, n]
     return DecodeOutput(
-        tokens=final.finished_tokens[:, :n_best],                               # [B, n, L]
-        scores=final.finished_scores[:, :n_best],                               # [B, n]
-        lengths=jnp.where(empty, 0, final.finished_lengths[:, :n_best]),        # [B, n]
+        tokens=state.finished_tokens[:, :n_best],                               # [B, n, L]
+        scores=state.finished_scores[:, :n_best],                               # [B, n]
+        lengths=jnp.where(empty, 0, state.finished_lengths[:, :n_best]),        # [B, n]
     )

@@ -36,6 +36,17 @@ int32[B, n, L] (generated tokens only, no start token; the EOS that ended a hypo
 every position after it is ``pad_id``), ``scores`` float32[B, n] best first and ``lengths``
 int32[B, n] (generated tokens including the final EOS).
 
+Beam hooks (optional; ``ModelStep`` has them for models that define ``beam_cache``,
+``reorder_beams`` and ``resize_cache``, as the Transformer and the Transformer LM do): a step
+function may offer ``beam_cache(params, cache, K)`` (the B-row cache as a cache for B*K
+hypotheses, rows b*K..b*K+K-1 being sentence b's, written in place; None: not supported),
+``reorder_beams(params, cache, parent int32[B, K])`` (that cache after hypothesis k of sentence
+b took parent ``parent[b, k]``) and ``resize_cache(params, cache, length)`` (the cache holding
+``length`` positions, cut or zero-padded; None: not supported). Beam search then never copies
+the cache per step (``expand_beams``, ``reorder_beams``), and decoders starting from an empty
+cache let it grow with the output (``segment_lengths``, ``grown_cache``). A step function without
+them gets the tiled cache and the per-step gather.
+
 Every decoder checks its arguments the same way before it runs (``check_decoding``):
 ``max_length`` >= 1, and ``eos_id``, ``pad_id`` and the start tokens inside the vocabulary
 (``0 <= id < V``, V read from the step function's log-probs), each a ``ValueError`` naming the
@@ -136,6 +147,23 @@ class ModelStep:
                  tokens: jax.Array) -> tuple[jax.Array, PyTree]:
         return self.model.apply({"params": params}, cache, tokens, method="decode_step")
 
+    def _hook(self, name: str, params: PyTree, *args: Any) -> PyTree | None:
+        if not callable(getattr(self.model, name, None)):
+            return None
+        return self.model.apply({"params": params}, *args, method=name)
+
+    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
+        """The model's ``beam_cache`` (None when it has none)."""
+        return self._hook("beam_cache", params, cache, beam_size)
+
+    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
+        """The model's ``reorder_beams``."""
+        return self._hook("reorder_beams", params, cache, parent)
+
+    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
+        """The model's ``resize_cache`` (None when it has none)."""
+        return self._hook("resize_cache", params, cache, length)
+
 
 def model_step_fn(model: StepModel) -> ModelStep:
     """``step_fn(params, cache, tokens int32[N]) -> (log_probs float32[N, V], cache)`` for
@@ -169,6 +197,64 @@ def batch_size_of(cache: PyTree) -> int:
 def repeat_cache(cache: PyTree, times: int) -> PyTree:
     """Tile every leaf [B, ...] -> [B * times, ...]; row ``b * times + j`` is copy j of row b."""
     return jax.tree_util.tree_map(lambda leaf: jnp.repeat(leaf, times, axis=0), cache)
+
+
+def expand_beams(step_fn: StepFn, params: PyTree, cache: PyTree,
+                 beam_size: int) -> tuple[PyTree, bool]:
+    """(cache for B*K hypotheses, in place?): the step function's ``beam_cache`` when it has
+    one, else every leaf tiled [B, ...] -> [B*K, ...] (``repeat_cache``; for K = 1 the cache
+    as it is: one hypothesis per row needs no slots)."""
+    if beam_size == 1:
+        return cache, False
+    hook = getattr(step_fn, "beam_cache", None)
+    beam_cache = hook(params, cache, beam_size) if callable(hook) else None
+    if beam_cache is not None:
+        return beam_cache, True
+    return repeat_cache(cache, beam_size), False
+
+
+def reorder_beams(step_fn: StepFn, params: PyTree, new_cache: PyTree, old_cache: PyTree,
+                  parent: jax.Array, in_place: bool) -> PyTree:
+    """``new_cache`` after the hypotheses took parents int32[B, K]: the step function's
+    ``reorder_beams`` for an in-place cache; else rows gathered by parent from every leaf
+    ``step_fn`` changed (leaves returned as the same object stay). Nothing moves for K = 1."""
+    if parent.shape[1] == 1:
+        return new_cache
+    if in_place:
+        return step_fn.reorder_beams(params, new_cache, parent)
+    new_leaves, treedef = jax.tree_util.tree_flatten(new_cache)
+    old_leaves = jax.tree_util.tree_leaves(old_cache)
+    if len(new_leaves) != len(old_leaves):
+        raise ValueError("step_fn must return a cache with the same structure it was given")
+    batch, beams = parent.shape
+    flat_parent = (jnp.arange(batch)[:, None] * beams + parent).reshape(-1)    # [B*K]
+    # Parents are valid rows by construction: no out-of-bounds fill (a select per element).
+    moved = [new if new is old else new.at[flat_parent].get(mode="promise_in_bounds")
+             for new, old in zip(new_leaves, old_leaves)]
+    return jax.tree_util.tree_unflatten(treedef, moved)
+
+
+def segment_lengths(max_length: int, first: int = 16) -> tuple[int, ...]:
+    """Cache lengths a decoder grows through: 16, 32, 64, ... up to ``max_length``."""
+    lengths = []
+    while first < max_length:
+        lengths.append(first)
+        first *= 2
+    return (*lengths, max_length)
+
+
+def may_grow(step_fn: StepFn, start_tokens: int | jax.Array) -> bool:
+    """Whether a decoder may grow the cache in segments: the step function has
+    ``resize_cache`` and the start token is an int (a fresh cache, nothing decoded yet; a
+    prefix continued through ``prefill`` starts from int32[B] tokens)."""
+    return isinstance(start_tokens, int | np.integer) and callable(
+        getattr(step_fn, "resize_cache", None))
+
+
+def grown_cache(step_fn: StepFn, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
+    """The step function's ``resize_cache`` (None when it has none)."""
+    hook = getattr(step_fn, "resize_cache", None)
+    return hook(params, cache, length) if callable(hook) else None
 
 
 def start_token_array(start_tokens: int | jax.Array, batch_size: int) -> jax.Array:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from textkit.decoding.contract import PyTree, StepFn
+from textkit.decoding.contract import PyTree, StepFn, grown_cache
 
 NEG_INF = float("-inf")
 
@@ -57,3 +57,14 @@ class ExcludeTokensStep:
         if not self.renormalize:
             return log_probs, cache
         return jax.nn.log_softmax(log_probs, axis=-1), cache
+
+    # The beam hooks of the wrapped step function (decoding contract), passed through.
+    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
+        hook = getattr(self.step_fn, "beam_cache", None)
+        return hook(params, cache, beam_size) if callable(hook) else None
+
+    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
+        return self.step_fn.reorder_beams(params, cache, parent)
+
+    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
+        return grown_cache(self.step_fn, params, cache, length)

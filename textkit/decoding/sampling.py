@@ -25,8 +25,11 @@ from textkit.decoding.contract import (
     batch_size_of,
     check_decoding,
     check_max_length,
+    grown_cache,
     length_caps,
+    may_grow,
     repeat_cache,
+    segment_lengths,
     start_token_array,
 )
 from textkit.decoding.filters import NEG_INF, top_k_top_p
@@ -46,9 +49,11 @@ class _RowState(NamedTuple):
 
 def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  choose: ChooseFn, key: jax.Array, *, max_length: int, eos_id: int,
-                 pad_id: int, min_length: jax.Array, forced_eos: bool = False) -> _RowState:
+                 pad_id: int, min_length: jax.Array, forced_eos: bool = False,
+                 fresh: bool = False) -> _RowState:
     """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap (with
-    ``forced_eos`` the token at the cap is EOS, see ``beam_search``)."""
+    ``forced_eos`` the token at the cap is EOS, see ``beam_search``; ``fresh``: an empty cache
+    that may grow in segments, see ``beam_search``)."""
     rows = start.shape[0]
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
 
@@ -73,19 +78,25 @@ def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
             running=state.running & (token != eos_id) & (new_length < caps),   # [N]
         )
 
-    def going(state: _RowState) -> jax.Array:
-        return (state.step < max_length) & jnp.any(state.running)
-
-    initial = _RowState(
+    lengths = segment_lengths(max_length) if fresh else (max_length,)
+    first_cache = grown_cache(step_fn, params, cache, lengths[0]) if fresh else None
+    if first_cache is None:   # not fresh, or a step function whose model cannot resize
+        lengths, first_cache = (max_length,), cache
+    state = _RowState(
         step=jnp.zeros((), jnp.int32),
-        cache=cache,
+        cache=first_cache,
         last_tokens=start,
         tokens=jnp.full((rows, max_length), pad_id, jnp.int32),
         logp=jnp.zeros((rows,), jnp.float32),
         lengths=jnp.zeros((rows,), jnp.int32),
         running=jnp.ones((rows,), bool),
     )
-    return lax.while_loop(going, extend, initial)
+    for index, length in enumerate(lengths):
+        if index:
+            state = state._replace(cache=grown_cache(step_fn, params, state.cache, length))
+        state = lax.while_loop(
+            lambda s, length=length: (s.step < length) & jnp.any(s.running), extend, state)
+    return state
 
 
 def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
@@ -121,7 +132,8 @@ def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: 
     return _decode(step_fn, params, cache, start,
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
                    jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
-                   eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos)
+                   eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos,
+                   fresh=may_grow(step_fn, start_tokens))
 
 
 def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
@@ -166,24 +178,27 @@ def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | j
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length), rng,
                    sampling=(float(temperature), int(top_k), float(top_p)),
                    num_samples=num_samples, max_length=max_length, eos_id=eos_id,
-                   pad_id=pad_id)
+                   pad_id=pad_id, fresh=may_grow(step_fn, start_tokens))
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id", "forced_eos"))
+    "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id", "forced_eos",
+    "fresh"))
 def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
             min_length: jax.Array, rng: jax.Array, *,
             sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
-            eos_id: int, pad_id: int, forced_eos: bool = False) -> DecodeOutput:
+            eos_id: int, pad_id: int, forced_eos: bool = False,
+            fresh: bool = False) -> DecodeOutput:
     """Greedy (``sampling=None``) or sampled with (temperature, top_k, top_p) decoding of
-    ``num_samples`` copies of each row: start int32[B], caps int32[B]."""
+    ``num_samples`` copies of each row: start int32[B], caps int32[B]; ``fresh``: an empty
+    cache (it may grow in segments)."""
     batch = caps.shape[0]
     choose = _argmax if sampling is None else _sampler(*sampling)
     final = _decode_rows(
         step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
         jnp.repeat(caps, num_samples), choose, rng,
         max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length,
-        forced_eos=forced_eos)
+        forced_eos=forced_eos, fresh=fresh)
     return DecodeOutput(
         final.tokens.reshape(batch, num_samples, max_length),                   # [B, n, L]
         final.logp.reshape(batch, num_samples),                                 # [B, n]

@@ -1,10 +1,17 @@
 """``Translator``: strings in, strings out, through fixed-shape batches and one jit per shape.
 
-Sources are tokenized, sorted by length and cut into groups of ``batch_size``; each group is padded
-to ``batch_size`` rows (dummy rows are all padding) and to a source length rounded up to a multiple
-of ``bucket_round_to``. Encoding, cache set-up and beam search run as one compiled program per
-(source length, output length) shape, so a whole test set compiles a handful of programs. Results
-come back in input order, detokenized by the target tokenizer.
+Sources are tokenized, sorted by length and cut into groups (``batch_groups``): at most
+``batch_size`` sentences and, with ``batch_tokens``, at most that many padded source tokens, the
+number of rows always a power of two or ``batch_size`` itself, so that the last sentences fill
+smaller groups instead of riding with dummy rows that would be decoded in full. Each group is
+padded to a source length rounded up to a multiple of ``bucket_round_to``. Encoding, cache
+set-up and beam search run as one compiled program per (rows, source length, output length)
+shape, so a whole test set compiles a handful of programs. Results come back in input order,
+detokenized by the target tokenizer.
+
+``quantize="int8"`` decodes with int8 weights (``textkit.models.quantize``; CPU inference): the
+parameters given to ``translate`` are quantized once and kept for the next call with the same
+parameters object.
 
 What the model accepts is read from its config where it says (``max_positions``,
 ``input_vocab_size``): a source id outside the source vocabulary is a ``ValueError`` naming
@@ -44,6 +51,7 @@ from textkit.decoding.sampling import greedy_search
 
 MaxLength = int | Callable[[int], int]
 LONG_SOURCE_POLICIES = ("truncate", "error")
+QUANTIZE_MODES = (None, "int8")
 
 
 class LongSourceWarning(UserWarning):
@@ -119,7 +127,8 @@ class Translator:
       beam_size, alpha, k: beam search options (GNMT length penalty).
       max_length: cap on output tokens (EOS included): an int, or a function of the source
         length; the static output size of a batch is that function of its padded length.
-      batch_size: rows of every batch (a short last batch gets dummy rows).
+      batch_size: most sentences per batch.
+      batch_tokens: optional cap on padded source tokens per batch (rows x source length).
       bucket_round_to: source lengths are padded up to a multiple of this.
       src_append_eos: append the source tokenizer's EOS to every source (for models trained
         on sources ending in EOS; textkit's batch convention has none).
@@ -130,18 +139,25 @@ class Translator:
       banned_ids: target ids never generated (log-probs -inf, not renormalised).
       forced_eos: the token that reaches the output cap is EOS.
       hf_compatible: search as transformers' ``generate`` (see the module docstring).
+      quantize: None, or "int8" (int8 weights, see the module docstring).
     """
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
                  tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6,
                  k: float = 5.0, max_length: MaxLength = default_max_length,
-                 batch_size: int = 32, bucket_round_to: int = 8,
+                 batch_size: int = 32, batch_tokens: int | None = None,
+                 bucket_round_to: int = 8,
                  src_append_eos: bool = False, on_long_source: str = "truncate",
                  max_source_length: int | None = None, banned_ids: Sequence[int] = (),
-                 forced_eos: bool = False, hf_compatible: bool = False) -> None:
+                 forced_eos: bool = False, hf_compatible: bool = False,
+                 quantize: str | None = None) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
+        if batch_tokens is not None and batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1 or None; got {batch_tokens}")
+        if quantize not in QUANTIZE_MODES:
+            raise ValueError(f"quantize={quantize!r}; expected one of {QUANTIZE_MODES}")
         if on_long_source not in LONG_SOURCE_POLICIES:
             raise ValueError(f"on_long_source={on_long_source!r}; expected one of "
                              f"{LONG_SOURCE_POLICIES}")
@@ -163,6 +179,9 @@ class Translator:
         self.beam_size, self.alpha, self.k = beam_size, alpha, k
         self.max_length = max_length
         self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
+        self.batch_tokens = batch_tokens
+        self.quantize = quantize
+        self._quantized: tuple[PyTree, PyTree] | None = None   # (params given, int8 params)
         self.src_append_eos = src_append_eos
         self.banned_ids = tuple(sorted({int(i) for i in banned_ids}))
         self.forced_eos, self.hf_compatible = bool(forced_eos), bool(hf_compatible)
@@ -209,9 +228,11 @@ class Translator:
         Sources are checked first (``check_sources``): ids in the source vocabulary, lengths
         within ``source_limit`` by the ``on_long_source`` policy."""
         sources = self.check_sources(sources)
+        params = self._decoding_params(params)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[int]] = [[] for _ in sources]
-        groups = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        groups = self.batch_groups([len(sources[i]) for i in order])
+        groups = [order[start:stop] for start, stop in groups]
         for group in tqdm(groups, desc="translating", unit="batch", disable=not progress):
             hypotheses = self._translate_group(params, [sources[i] for i in group])
             for index, hypothesis in zip(group, hypotheses):
@@ -220,6 +241,44 @@ class Translator:
             print(f"translated {len(sources)} sentences in {len(groups)} batches, "
                   f"{len(self.compiled_shapes)} batch shapes")
         return results
+
+    def batch_groups(self, lengths: Sequence[int]) -> list[tuple[int, int]]:
+        """(start, stop) of each batch over sources of ``lengths`` sorted ascending.
+
+        Each batch takes as many sentences as its row count allows: ``batch_size``, or the
+        largest power of two within the ``batch_tokens`` budget at the padded length of its
+        longest sentence and within the sentences left. No batch has dummy rows."""
+        groups, start = [], 0
+        while start < len(lengths):
+            rows = self._rows(lengths[start], len(lengths) - start)
+            while rows > 1 and self._rows(lengths[start + rows - 1], rows) < rows:
+                rows = 1 << ((rows - 1).bit_length() - 1)   # the next power of two down
+            groups.append((start, start + rows))
+            start += rows
+        return groups
+
+    def _rows(self, length: int, available: int) -> int:
+        """Rows of a batch whose longest source has ``length`` tokens, ``available`` left."""
+        padded = self._padded_length(length)
+        limit = min(self.batch_size, available)
+        if self.batch_tokens is not None:
+            limit = min(limit, max(1, self.batch_tokens // padded))
+        return limit if limit == self.batch_size else 1 << (limit.bit_length() - 1)
+
+    def _padded_length(self, length: int) -> int:
+        """Source length of a batch whose longest source has ``length`` tokens."""
+        padded = math.ceil(max(1, length) / self.bucket_round_to) * self.bucket_round_to
+        return padded if self.source_limit is None else min(padded, self.source_limit)
+
+    def _decoding_params(self, params: PyTree) -> PyTree:
+        """``params`` as decoded: int8 with ``quantize="int8"`` (kept for the same object)."""
+        if self.quantize is None:
+            return params
+        if self._quantized is None or self._quantized[0] is not params:
+            from textkit.models.quantize import quantize_int8
+
+            self._quantized = (params, quantize_int8(self.model, params))
+        return self._quantized[1]
 
     def check_sources(self, sources: Sequence[Sequence[int]]) -> list[list[int]]:
         """Source id lists as the model gets them (EOS appended if asked), each checked.
@@ -266,18 +325,15 @@ class Translator:
         return length if self.max_positions is None else min(length, self.max_positions)
 
     def _translate_group(self, params: PyTree, group: list[list[int]]) -> list[list[int]]:
-        """Decode up to ``batch_size`` sources as one fixed-shape batch."""
-        longest = max(1, max(len(s) for s in group))
-        src_length = math.ceil(longest / self.bucket_round_to) * self.bucket_round_to
-        if self.source_limit is not None:
-            src_length = min(src_length, self.source_limit)
+        """Decode one group of sources (``batch_groups``) as one batch of ``len(group)`` rows."""
+        src_length = self._padded_length(max(len(s) for s in group))
         max_length = self._output_length(src_length)
-        src_tokens = np.full((self.batch_size, src_length), self.src_pad_id, np.int32)
-        caps = np.ones((self.batch_size,), np.int32)   # dummy rows stop after one token
+        src_tokens = np.full((len(group), src_length), self.src_pad_id, np.int32)
+        caps = np.ones((len(group),), np.int32)
         for row, source in enumerate(group):
             src_tokens[row, :len(source)] = source
             caps[row] = min(self._output_length(len(source)), max_length)
-        self.compiled_shapes.add((self.batch_size, src_length, max_length))
+        self.compiled_shapes.add((len(group), src_length, max_length))
         out = encode_and_search(
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
             jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,

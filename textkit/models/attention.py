@@ -14,6 +14,15 @@ Incremental decoding uses an explicit cache pytree, never flax's mutable "cache"
 ``{"key": [B, H, max_len, Dh], "value": [B, H, max_len, Dh]}`` in the compute dtype, with the
 write position passed separately as int32[B] (the model keeps it in its own cache); a step
 scatters its key/value into that one position.
+
+Beam search uses a *slot* layout instead (``beams=K``): the N = B*K query rows are the K
+hypotheses of B sentences, the cache is ``[B, H, K, max_len, Dh]`` (slot j of sentence b is
+written by hypothesis j at each step, in place, once per position) and an ancestry table
+int32[B, K, max_len] says which slot holds each position of each hypothesis's history
+(``textkit.models.beam_cache``). A hypothesis attends to its own history through that
+mask, so the cache is never reordered when hypotheses change parents: only the table is. The K
+queries of a sentence are one group (``group_beams``): one product against all K slots of its
+self-attention cache, and one against a single, untiled copy of its cross-attention memory.
 """
 
 from __future__ import annotations
@@ -80,6 +89,26 @@ def heads_major(x: Array) -> Array:
     return jnp.swapaxes(x, 1, 2)
 
 
+def group_beams(x: Array, beams: int) -> Array:
+    """One-query rows [B*K, 1, H, Dh] -> the K queries of each sentence, [B, H, K, Dh]."""
+    return jnp.transpose(x.reshape(x.shape[0] // beams, beams, *x.shape[2:]), (0, 2, 1, 3))
+
+
+def ungroup_beams(x: Array) -> Array:
+    """[B, H, K, Dh] -> one-query rows [B*K, 1, H, Dh] (inverse of ``group_beams``)."""
+    batch, heads, beams, depth = x.shape
+    return jnp.transpose(x, (0, 2, 1, 3)).reshape(batch * beams, 1, heads, depth)
+
+
+def update_slot_cache(cache: dict[str, Array], key: Array, value: Array,
+                      positions: Array) -> dict[str, Array]:
+    """Write one step's key/value [B, H, K, Dh] of every slot at ``positions`` int32[B] of the
+    slot cache [B, H, K, L, Dh] (in place: B*H*K rows)."""
+    rows = jnp.arange(positions.shape[0])
+    return {name: cache[name].at[rows, :, :, positions].set(new.astype(cache[name].dtype))
+            for name, new in (("key", key), ("value", value))}
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with fused projections over float32 [B, L, d_model] inputs.
 
@@ -113,35 +142,49 @@ class MultiHeadAttention(nn.Module):
 
     def __call__(self, inputs_q: Array, mask: Array | None = None, *,
                  kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
-                 positions: Array | None = None,
+                 positions: Array | None = None, beams: int | None = None,
                  deterministic: bool = True) -> Array | tuple[Array, dict[str, Array]]:
-        """Attend ``inputs_q`` float32[B, Q, D]; returns float32[B, Q, D].
+        """Attend ``inputs_q`` float32[N, Q, D]; returns float32[N, Q, D].
 
         Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
-        ``positions`` int32[B] (one decoding step, Q == 1) the new key/value is written at
+        ``positions`` int32[N] (one decoding step, Q == 1) the new key/value is written at
         ``positions``, keys up to it are visible, and ``(out, cache)`` is returned.
         Cross-attention takes ``kv`` from ``project_kv`` and ``mask`` over its keys.
+
+        ``beams=K`` (one beam-search step, Q == 1, N = B*K rows): queries are grouped by
+        sentence; cross-attention ``kv`` holds one copy per sentence ([B, H, S, Dh]); the
+        self-attention cache is the slot layout [B, H, K, L, Dh], ``positions`` is int32[B] and
+        ``mask`` the step's ``ancestry_mask`` (module docstring).
         """
+        compute = self.policy.compute_dtype
         if self.cross:
             query = self.query(inputs_q)
             key, value = kv
         else:
-            qkv = self.qkv(inputs_q)  # f32 [B, Q, 3, H, Dh]
+            qkv = self.qkv(inputs_q)  # f32 [N, Q, 3, H, Dh]
             query = qkv[..., 0, :, :]
             # Keys/values are rounded to the compute dtype as the decoding cache stores them.
-            key, value = (heads_major(qkv[..., i, :, :].astype(self.policy.compute_dtype))
-                          for i in (1, 2))
-            if cache is not None:
-                cache = update_cache(cache, key, value, positions)
+            key, value = (qkv[..., i, :, :].astype(compute) for i in (1, 2))
+            if cache is not None and beams is not None:
+                cache = update_slot_cache(cache, group_beams(key, beams),
+                                          group_beams(value, beams), positions)
+                key, value = (cache[name].reshape(*cache[name].shape[:2], -1,
+                                                  cache[name].shape[-1])
+                              for name in ("key", "value"))                  # [B, H, K*L, Dh]
+            elif cache is not None:
+                cache = update_cache(cache, heads_major(key), heads_major(value), positions)
                 key, value = cache["key"], cache["value"]
                 mask = position_mask(positions, key.shape[2])
+            else:
+                key, value = heads_major(key), heads_major(value)
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        out = dot_product_attention(heads_major(query), key, value, mask,
+        query = heads_major(query) if beams is None else group_beams(query, beams)
+        out = dot_product_attention(query, key, value, mask,
                                     dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
                                     deterministic=deterministic)
-        out = self.out(heads_major(out))  # [B, Q, H, Dh] -> [B, Q, D]
+        out = self.out(heads_major(out) if beams is None else ungroup_beams(out))  # [N, Q, D]
         return out if cache is None else (out, cache)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:

@@ -111,6 +111,30 @@ def uniform_init(scale: float) -> Initializer:
     return init
 
 
+INT8_MAX = 127.0
+
+
+def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """(int8 values, float32 scale) with ``x ~= values * scale``; the scale is
+    ``max|x| / 127`` over ``axis`` (kept as size-1 axes; 1 where that max is 0)."""
+    x = x.astype(jnp.float32)
+    peak = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    scale = jnp.where(peak > 0, peak / INT8_MAX, 1.0)
+    return jnp.clip(jnp.round(x / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8), scale
+
+
+def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
+                transposed: bool = False) -> jax.Array:
+    """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
+    ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
+    per row, see ``symmetric_int8``)."""
+    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
+    contract = ((1,), (1,)) if transposed else ((1,), (0,))
+    acc = jax.lax.dot_general(xq, weight, (contract, ((), ())),
+                              preferred_element_type=jnp.int32)                # [N, M]
+    return acc.astype(jnp.float32) * x_scale * weight_scale.astype(jnp.float32)
+
+
 class Dense(nn.Module):
     """Affine map contracting the last ``contract`` input axes into ``features``.
 
@@ -141,7 +165,11 @@ class Dense(nn.Module):
         # every result).
         rows = x.reshape(-1, math.prod(in_dims))
         matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
-        y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
+        if kernel.dtype == jnp.int8:  # textkit.models.quantize: int8 weights for inference
+            scale = self.param("kernel_scale", nn.initializers.ones, features, jnp.float32)
+            y = int8_matmul(rows, matrix, scale.reshape(-1))
+        else:
+            y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
         y = y.reshape(*x.shape[:x.ndim - self.contract], *features)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
@@ -196,14 +224,23 @@ class Embed(nn.Module):
         init = nn.initializers.normal(stddev=self.features ** -0.5)
         self.embedding = self.param("embedding", init, (self.num_embeddings, self.features),
                                     self.policy.param_dtype)
+        if self.embedding.dtype == jnp.int8:  # textkit.models.quantize: one scale per row
+            self.embedding_scale = self.param("embedding_scale", nn.initializers.ones,
+                                              (self.num_embeddings,), jnp.float32)
 
     def __call__(self, ids: Array) -> Array:
         x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
+        if self.embedding.dtype == jnp.int8:
+            x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
             x = x * np.float32(np.sqrt(self.features))
         return x
 
     def attend(self, x: Array) -> Array:
+        if self.embedding.dtype == jnp.int8:
+            rows = int8_matmul(x.reshape(-1, self.features), self.embedding,
+                               self.embedding_scale, transposed=True)
+            return rows.reshape(*x.shape[:-1], self.num_embeddings)
         return mixed_einsum("...d,vd->...v", x, self.embedding, self.policy.compute_dtype)
 
 

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
+from textkit.models.beam_cache import beam_cache, beam_step_inputs, reorder_beams, resize_cache
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
     ACTIVATIONS,
@@ -148,11 +149,12 @@ class TransformerLayer(nn.Module):
 
     def __call__(self, x: Array, mask: Array | None, *, memory_kv=None, memory_mask=None,
                  cache: dict[str, Array] | None = None, positions: Array | None = None,
-                 deterministic: bool = True):
+                 beams: int | None = None, deterministic: bool = True):
         """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
 
         ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``) and
-        ``memory_mask`` bool[B, 1, 1, S] their padding mask.
+        ``memory_mask`` bool[B, 1, 1, S] their padding mask. ``beams=K``: a beam-search step
+        in the slot layout (``textkit.models.attention``), ``mask`` its ancestry mask.
         """
         new_cache = None
 
@@ -160,14 +162,14 @@ class TransformerLayer(nn.Module):
             nonlocal new_cache
             if cache is None:
                 return self.self_attention(h, mask, deterministic=deterministic)
-            out, new_cache = self.self_attention(h, cache=cache, positions=positions,
-                                                 deterministic=deterministic)
+            out, new_cache = self.self_attention(h, mask, cache=cache, positions=positions,
+                                                 beams=beams, deterministic=deterministic)
             return out
 
         x = self._residual(x, self_attend, self.self_norm, deterministic)
         if self.cross:
             x = self._residual(
-                x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv,
+                x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv, beams=beams,
                                                   deterministic=deterministic),
                 self.cross_norm, deterministic)
         x = self._residual(x, lambda h: self.feed_forward(h, deterministic=deterministic),
@@ -285,18 +287,47 @@ class Transformer(nn.Module):
                 "layers": tuple(layers)}
 
     def decode_step(self, cache: dict[str, Any], tokens: Array) -> tuple[Array, dict[str, Any]]:
-        """tokens int32[B] at ``cache["position"]`` -> (log_probs float32[B, V], cache)."""
-        position = cache["position"]
-        x = self.tgt_positions(self._target_embed()(tokens[:, None]), position[:, None])
+        """tokens int32[N] at ``cache["position"]`` -> (log_probs float32[N, V], cache).
+
+        N = B for an ``init_cache`` cache; N = B*K for a ``beam_cache`` one (K hypotheses per
+        sentence, in the slot layout of ``textkit.models.attention``)."""
+        position = cache["position"]                                             # [B]
+        beams, slots = beam_step_inputs(cache)
+        row_position = position if beams is None else jnp.repeat(position, beams)  # [N]
+        x = self.tgt_positions(self._target_embed()(tokens[:, None]), row_position[:, None])
         new_layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, self_cache = layer(
-                x, None, memory_kv=(layer_cache["memory_key"], layer_cache["memory_value"]),
-                memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position)
+                x, slots.get("mask"),
+                memory_kv=(layer_cache["memory_key"], layer_cache["memory_value"]),
+                memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position,
+                beams=beams)
             new_layers.append({**layer_cache, "self": self_cache})
         log_probs = log_softmax(self._logits(x)[:, 0])
-        return log_probs, {"position": position + 1, "memory_mask": cache["memory_mask"],
-                           "layers": tuple(new_layers)}
+        new_cache = {**cache, "position": position + 1, "layers": tuple(new_layers)}
+        if beams is not None:
+            new_cache["ancestry"] = slots["ancestry"]
+        return log_probs, new_cache
+
+    def beam_cache(self, cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
+        """``init_cache``'s cache (B rows, possibly advanced) -> the beam-search cache: the
+        self-attention caches in K slots per sentence ([B, H, K, L, Dh]), an ancestry table
+        int32[B, K, L], the cross-attention memory left untiled (decoding contract's beam
+        hooks; ``textkit.models.attention`` for the layout)."""
+        return beam_cache(cache, beam_size, lambda layer: layer["self"],
+                          lambda layer, new: {**layer, "self": new})
+
+    def reorder_beams(self, cache: dict[str, Any], parent: Array) -> dict[str, Any]:
+        """Beam cache after each sentence's hypotheses took parents int32[B, K]: only the
+        ancestry table moves."""
+        return reorder_beams(cache, parent)
+
+    def resize_cache(self, cache: dict[str, Any], length: int) -> dict[str, Any]:
+        """Cache (row or beam layout) holding ``length`` positions: cut or zero-padded; the
+        positions kept must include every one filled so far."""
+        self.config.check_length(length, "the decoding cache (length)")
+        return resize_cache(cache, length, lambda layer: layer["self"],
+                            lambda layer, new: {**layer, "self": new})
 
 
 register_preset("transformer_base", "translation", Transformer, TransformerConfig,

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.attention import causal_mask
+from textkit.models.beam_cache import beam_cache, beam_step_inputs, reorder_beams, resize_cache
 from textkit.models.layers import (
     Dense,
     Dropout,
@@ -98,15 +99,44 @@ class TransformerLM(nn.Module):
                                 for layer in self.layers)}
 
     def decode_step(self, cache: dict[str, Any], tokens: Array) -> tuple[Array, dict[str, Any]]:
-        """tokens int32[B] at ``cache["position"]`` -> (log_probs float32[B, V], cache)."""
-        position = cache["position"]
-        x = self.positions(self.embed(tokens[:, None]), position[:, None])
+        """tokens int32[N] at ``cache["position"]`` -> (log_probs float32[N, V], cache).
+
+        N = B for an ``init_cache`` cache, B*K for a ``beam_cache`` one (``Transformer``)."""
+        position = cache["position"]                                             # [B]
+        beams, slots = beam_step_inputs(cache)
+        row_position = position if beams is None else jnp.repeat(position, beams)  # [N]
+        x = self.positions(self.embed(tokens[:, None]), row_position[:, None])
         new_layers = []
         for layer, layer_cache in zip(self.layers, cache["layers"]):
-            x, layer_cache = layer(x, None, cache=layer_cache, positions=position)
+            x, layer_cache = layer(x, slots.get("mask"), cache=layer_cache, positions=position,
+                                   beams=beams)
             new_layers.append(layer_cache)
         log_probs = log_softmax(self._logits(x)[:, 0])
-        return log_probs, {"position": position + 1, "layers": tuple(new_layers)}
+        new_cache = {**cache, "position": position + 1, "layers": tuple(new_layers)}
+        if beams is not None:
+            new_cache["ancestry"] = slots["ancestry"]
+        return log_probs, new_cache
+
+    def beam_cache(self, cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
+        """Row cache -> beam-search cache (as ``Transformer.beam_cache``)."""
+        return beam_cache(cache, beam_size, _own, _replace)
+
+    def reorder_beams(self, cache: dict[str, Any], parent: Array) -> dict[str, Any]:
+        """Beam cache after hypotheses took parents int32[B, K] (the ancestry table moves)."""
+        return reorder_beams(cache, parent)
+
+    def resize_cache(self, cache: dict[str, Any], length: int) -> dict[str, Any]:
+        """Cache holding ``length`` positions (as ``Transformer.resize_cache``)."""
+        self.config.check_length(length, "the decoding cache (length)")
+        return resize_cache(cache, length, _own, _replace)
+
+
+def _own(layer_cache: dict[str, Array]) -> dict[str, Array]:
+    return layer_cache
+
+
+def _replace(layer_cache: dict[str, Array], new: dict[str, Array]) -> dict[str, Array]:
+    return new
 
 
 register_preset("transformer_lm_base", "language_model", TransformerLM, TransformerLMConfig,

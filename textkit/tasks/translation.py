@@ -24,7 +24,7 @@ import itertools
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +47,7 @@ from textkit.data import (
     toy_translation,
 )
 from textkit.data.token_store import remove_stale
-from textkit.models import get_model, max_positions
+from textkit.models import get_model, max_positions, parse_overrides
 from textkit.precision import Policy
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.losses import cross_entropy
@@ -367,6 +367,35 @@ def init_params(model: Any, rng: jax.Array) -> Any:
     """``model.init`` on a [1, 8] dummy source and target; returns the params pytree."""
     dummy = jnp.full((1, 8), model.config.pad_id, jnp.int32)
     return model.init(rng, dummy, dummy)["params"]
+
+
+class TrainedRun(NamedTuple):
+    """A finished ``examples/nmt/train.py`` run: its model, the evaluated parameters
+    (``final/``), both tokenizers, its config dict and where the parameters came from."""
+
+    model: Any
+    params: Any
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+    config: dict[str, Any]
+    source: str
+
+
+def load_trained(save_dir: str | Path) -> TrainedRun:
+    """The model and final parameters of the training run in ``save_dir`` (its ``--save-dir``):
+    the config and SentencePiece models it wrote, ``final/`` restored against the model's
+    parameter structure."""
+    run = RunDir(save_dir)
+    config = run.read_config()
+    src_tok, tgt_tok = tokenizers(run, config["joint_spm"])
+    model = build_model(
+        config["model"], src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
+        pad_id=src_tok.pad_id, precision=config["precision"], shared_vocab=config["joint_spm"],
+        **parse_overrides(config["model_overrides"]))
+    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+    params, extra = run.load_final(target)
+    return TrainedRun(model, params, src_tok, tgt_tok, config,
+                      f"{extra['source']} of {run.root}")
 
 
 # ------------------------------------------------------------------------------------ BLEU

@@ -1,0 +1,118 @@
+"""Int8 weights for CPU inference (``quantize_int8``, ``Translator(quantize="int8")``) and the
+Translator's batches without dummy rows."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from textkit.decoding import Translator
+from textkit.models import get_model
+from textkit.models.layers import Dense, int8_matmul, symmetric_int8
+from textkit.models.quantize import quantize_int8
+
+PAD_ID, BOS_ID, EOS_ID = 1, 2, 3
+
+
+class IdTokenizer:
+    pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    model = get_model("transformer_tiny", src_vocab_size=40, tgt_vocab_size=40, dropout=0.0,
+                      pad_id=PAD_ID)
+    dummy = jnp.full((1, 8), BOS_ID, jnp.int32)
+    return model, model.init(jax.random.key(0), dummy, dummy)["params"]
+
+
+def test_symmetric_int8_round_trip():
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(6, 50)), jnp.float32)
+    values, scale = symmetric_int8(x, axis=1)
+    assert values.dtype == jnp.int8 and scale.shape == (6, 1)
+    assert int(jnp.max(jnp.abs(values))) == 127
+    np.testing.assert_allclose(values * scale, x, atol=float(jnp.max(scale)) / 2 + 1e-7)
+    zeros, zero_scale = symmetric_int8(jnp.zeros((2, 3)), axis=1)
+    assert not np.any(np.asarray(zeros)) and np.all(np.asarray(zero_scale) == 1)
+
+
+def test_int8_matmul_is_an_integer_dot_close_to_float():
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(5, 64)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(64, 32)), jnp.float32)
+    wq, w_scale = symmetric_int8(w, axis=0)
+    out = int8_matmul(x, wq, w_scale[0])
+    np.testing.assert_allclose(out, x @ w, rtol=0.05, atol=0.3)
+    hlo = jax.jit(lambda a: int8_matmul(a, wq, w_scale[0])).lower(x).as_text()
+    assert "xi8>, tensor<64x32xi8>) -> tensor<5x32xi32>" in hlo, "not an s8 x s8 -> s32 dot"
+    transposed = int8_matmul(x, wq.T, w_scale[0], transposed=True)
+    np.testing.assert_array_equal(out, transposed)
+
+
+def test_quantized_model_keeps_its_outputs(transformer):
+    model, params = transformer
+    qparams = quantize_int8(model, params)
+    kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(qparams)
+               if jax.tree_util.keystr(path).endswith("['kernel']")]
+    assert kernels and all(k.dtype == jnp.int8 for k in kernels)
+    assert qparams["src_embed"]["embedding"].dtype == jnp.int8
+    assert qparams["src_embed"]["embedding_scale"].shape == (40,)
+    assert params["src_embed"]["embedding"].dtype == jnp.float32, "the input was modified"
+    src = jnp.asarray(np.random.default_rng(2).integers(4, 40, size=(3, 9)), jnp.int32)
+    tgt = jnp.asarray(np.random.default_rng(3).integers(4, 40, size=(3, 7)), jnp.int32)
+    full = jax.nn.log_softmax(model.apply({"params": params}, src, tgt))
+    quant = jax.nn.log_softmax(model.apply({"params": qparams}, src, tgt))
+    assert float(jnp.max(jnp.abs(jnp.exp(full) - jnp.exp(quant)))) < 0.02
+    assert quantize_int8(model, qparams)["src_embed"]["embedding"].dtype == jnp.int8
+
+
+def test_dense_reads_an_int8_kernel():
+    dense = Dense(4)
+    x = jnp.ones((2, 3))
+    params = dense.init(jax.random.key(0), x)["params"]
+    values, scale = symmetric_int8(params["kernel"], axis=0)
+    q = {"kernel": values, "kernel_scale": scale[0], "bias": params["bias"] + 1.0}
+    np.testing.assert_allclose(dense.apply({"params": q}, x), dense.apply(
+        {"params": {**params, "bias": params["bias"] + 1.0}}, x), atol=0.05)
+
+
+def test_translator_int8_decodes_and_reuses_the_quantized_params(transformer):
+    model, params = transformer
+    rng = np.random.default_rng(4)
+    sources = [rng.integers(4, 40, size=n).tolist() for n in (5, 9, 3, 12)]
+    exact = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=8)
+    int8 = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=8,
+                      quantize="int8")
+    out = int8.translate_ids(params, sources)
+    assert len(out) == 4 and all(len(o) <= 8 for o in out)
+    first = int8._quantized[1]
+    int8.translate_ids(params, sources[:1])
+    assert int8._quantized[1] is first, "the same params must not be quantized again"
+    agree = sum(a == b for a, b in zip(out, exact.translate_ids(params, sources)))
+    assert agree >= 2
+    with pytest.raises(ValueError, match="quantize"):
+        Translator(model, IdTokenizer(), IdTokenizer(), quantize="int4")
+
+
+def test_translator_batches_have_no_dummy_rows(transformer):
+    model, params = transformer
+    translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=6,
+                            batch_size=8, batch_tokens=64)
+    lengths = [3] * 13 + [20] * 3
+    groups = translator.batch_groups(lengths)
+    assert [stop - start for start, stop in groups] == [8, 4, 2, 2]
+    assert groups[-1][1] == len(lengths)
+    for start, stop in groups:   # within the token budget at the padded length
+        assert (stop - start) * translator._padded_length(lengths[stop - 1]) <= 64 \
+            or stop - start == 1
+    rng = np.random.default_rng(5)
+    sources = [rng.integers(4, 40, size=n).tolist() for n in lengths]
+    out = translator.translate_ids(params, sources)
+    alone = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=6,
+                       batch_size=1)
+    assert out == alone.translate_ids(params, sources)
+    assert {rows for rows, _, _ in translator.compiled_shapes} <= {8, 4, 2, 1}
+    with pytest.raises(ValueError, match="batch_tokens"):
+        Translator(model, IdTokenizer(), IdTokenizer(), batch_tokens=0)
