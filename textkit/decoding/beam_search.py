@@ -26,7 +26,7 @@ max_length)``:
   that ``step_fn`` returns unchanged, e.g. the encoder memory, are not gathered). With K = 1
   nothing is reordered.
 * With an int start token (a fresh cache: nothing decoded yet) and a step function with the
-  ``resize_cache`` hook, the loop runs in segments of 16, 32, 64, ... positions and the cache
+  ``resize_cache`` hook, the loop runs in segments of 8, 16, 32, ... positions and the cache
   grows between them, so attention reads the filled part of the cache only.
 
 With a beam as wide as every hypothesis this is exhaustive search (tested). With ``K=1`` it is not

@@ -234,8 +234,8 @@ def reorder_beams(step_fn: StepFn, params: PyTree, new_cache: PyTree, old_cache:
     return jax.tree_util.tree_unflatten(treedef, moved)
 
 
-def segment_lengths(max_length: int, first: int = 16) -> tuple[int, ...]:
-    """Cache lengths a decoder grows through: 16, 32, 64, ... up to ``max_length``."""
+def segment_lengths(max_length: int, first: int = 8) -> tuple[int, ...]:
+    """Cache lengths a decoder grows through: 8, 16, 32, ... up to ``max_length``."""
     lengths = []
     while first < max_length:
         lengths.append(first)
