@@ -150,7 +150,7 @@ def test_language_model_prefix_beam_search_equals_the_reference():
 def test_greedy_and_sampling_with_a_growing_cache_equal_the_full_cache(transformer):
     model, params = transformer
     src = _sources(seed=6)
-    cache = _cache(model, params, src, 40)   # segments 8, 16, 32, 40
+    cache = _cache(model, params, src, 40)   # segments 16, 32, 40
     options = dict(max_length=40, eos_id=EOS_ID, pad_id=PAD_ID, min_length=40)
     _assert_same(greedy_search(model_step_fn(model), params, cache, BOS_ID, **options),
                  greedy_search(PlainStep(model), params, cache, BOS_ID, **options))
@@ -176,7 +176,8 @@ def test_the_beam_cache_is_in_place_and_untiled(transformer):
     assert beam_cache["ancestry"].shape == (2, 4, 8)
     tiled, in_place = expand_beams(PlainStep(model), params, cache, 4)
     assert not in_place and tiled["layers"][0]["memory_key"].shape[0] == 8
-    assert segment_lengths(8) == (8,) and segment_lengths(40) == (8, 16, 32, 40)
+    assert segment_lengths(8) == (8,) and segment_lengths(40) == (16, 32, 40)
+    assert segment_lengths(32) == (8, 16, 32) and segment_lengths(106) == (32, 64, 106)
 
     def search(p, c):
         return beam_search(model_step_fn(model), p, c, BOS_ID, beam_size=4, max_length=8,

@@ -26,8 +26,9 @@ max_length)``:
   that ``step_fn`` returns unchanged, e.g. the encoder memory, are not gathered). With K = 1
   nothing is reordered.
 * With an int start token (a fresh cache: nothing decoded yet) and a step function with the
-  ``resize_cache`` hook, the loop runs in segments of 8, 16, 32, ... positions and the cache
-  grows between them, so attention reads the filled part of the cache only.
+  ``resize_cache`` hook, the loop runs in at most three segments of rising cache length
+  (``contract.segment_lengths``) and the cache grows between them, so attention reads
+  mostly filled positions.
 
 With a beam as wide as every hypothesis this is exhaustive search (tested). With ``K=1`` it is not
 always greedy decoding: the best EOS-ending prefix along the way is kept even when the argmax
@@ -194,7 +195,10 @@ def _select(search: _Search, state: _BeamState,
     write = positions == state.step                                             # [L]
     eos_tokens = jnp.where(write, eos_id, state.alive_tokens)                   # [B, K, L]
     # Going on: best K extensions by any token but EOS (exact top-k through chunk maxima).
-    go_on = state.alive_logp[:, :, None] + log_probs.at[:, :, eos_id].set(NEG_INF)
+    # (A select rather than ``.at[eos].set``: it fuses into the top-k's reductions instead of
+    # materialising a copy of the [B, K, V] candidates.)
+    not_eos = jnp.arange(vocab) != eos_id                                       # [V]
+    go_on = jnp.where(not_eos, state.alive_logp[:, :, None] + log_probs, NEG_INF)
     top_logp, top_index = top_k(go_on.reshape(batch, beams * vocab), beams)     # [B, K]
     parent = top_index // vocab                                                 # [B, K]
     token = (top_index % vocab).astype(jnp.int32)                               # [B, K]

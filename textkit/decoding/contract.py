@@ -234,12 +234,12 @@ def reorder_beams(step_fn: StepFn, params: PyTree, new_cache: PyTree, old_cache:
     return jax.tree_util.tree_unflatten(treedef, moved)
 
 
-def segment_lengths(max_length: int, first: int = 8) -> tuple[int, ...]:
-    """Cache lengths a decoder grows through: 8, 16, 32, ... up to ``max_length``."""
-    lengths = []
-    while first < max_length:
-        lengths.append(first)
-        first *= 2
+def segment_lengths(max_length: int) -> tuple[int, ...]:
+    """Cache lengths a decoder grows through, at most three (each is one more compiled copy
+    of the step): a quarter of ``max_length`` rounded up to a multiple of 8 (at least 8),
+    twice that, then ``max_length``; e.g. 8, 16, 32 for 32 and 16, 32, 58 for 58."""
+    first = max(8, -(-max_length // 32) * 8)
+    lengths = [n for n in (first, 2 * first) if n < max_length]
     return (*lengths, max_length)
 
 
