@@ -191,10 +191,12 @@ def test_the_beam_cache_is_in_place_and_untiled(transformer):
 def test_chunked_top_k_equals_lax_top_k_with_ties_and_padding():
     from jax import lax
 
-    from textkit.decoding.top_k import top_k
+    from textkit.decoding.top_k import chunk_size, top_k
 
+    assert chunk_size(128000) == 256 and chunk_size(4 * 58101) == 214 and chunk_size(5003) == 256
     rng = np.random.default_rng(7)
-    cases = [rng.normal(size=(3, 5000)),                          # 5000 = 19.5 chunks: padded
+    cases = [rng.normal(size=(3, 5003)),                          # 5003 is prime: padded
+             rng.normal(size=(2, 4 * 58101)),                     # chunks of 214, no padding
              rng.integers(0, 3, size=(4, 4096)).astype(float),    # many ties
              np.where(np.arange(3000) % 5 == 0, -np.inf, rng.normal(size=(2, 3000))),
              rng.normal(size=(2, 40))]                            # short: the plain kernel

@@ -17,9 +17,17 @@ from jax import lax
 CHUNK = 256
 
 
-def top_k(x: jax.Array, k: int, chunk: int = CHUNK) -> tuple[jax.Array, jax.Array]:
+def chunk_size(size: int, target: int = CHUNK) -> int:
+    """A divisor of ``size`` within a factor 2 of ``target``, closest to it (no padding copy
+    of the rows), else ``target`` (the rows are padded with -inf)."""
+    divisors = [d for d in range(target // 2, 2 * target + 1) if size % d == 0]
+    return min(divisors, key=lambda d: abs(d - target)) if divisors else target
+
+
+def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """(values [B, k] best first, indices int32[B, k]) of x [B, N], as ``lax.top_k``."""
     batch, size = x.shape
+    chunk = chunk_size(size)
     if size <= 4 * k * chunk:   # short rows: the plain kernel is as fast
         return _kernel(x, k)
     pad = -size % chunk
