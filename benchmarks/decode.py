@@ -53,7 +53,6 @@ from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.decoding import beam_search, greedy_search, model_step_fn
 from textkit.models import Transformer, get_model, load_pretrained, save_pretrained
 from textkit.models.marian import marian_config
-from textkit.models.quantize import quantize_int8
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
 MODES = ("beam4", "greedy", "beam4_int8")
@@ -126,6 +125,8 @@ def mode_params(case: Case, mode: str) -> Any:
     if not mode.endswith("_int8"):
         return case.params
     if not hasattr(case, "int8_params"):
+        from textkit.models.quantize import quantize_int8  # (lazy: profiles of older builds)
+
         case.int8_params = quantize_int8(case.model, case.params)
     return case.int8_params
 

@@ -45,9 +45,10 @@ def instruction_kinds(hlo: str) -> dict[str, str]:
             line = re.search(rf"%?{re.escape(name)} = .*", hlo).group(0)
             called = re.search(r"calls=%?([\w.\-]+)", line)
             body = computations.get(called.group(1), "") if called else ""
-            ops = set(re.findall(r" = \S+ (\w[\w\-]*)\(", body))
+            ops = set(re.findall(r" = (?:\([^=]*?\)|\S+) (\w[\w\-]*)\(", body))
             batched = "lhs_batch_dims" in body
-            kind = ("fused batched dot" if "dot" in ops and batched
+            kind = ("fused argmax" if {"iota", "reduce"} <= ops
+                    else "fused batched dot" if "dot" in ops and batched
                     else "fused dot" if "dot" in ops else "fused gather" if "gather" in ops
                     else "fused scatter/update" if ops & {"scatter", "dynamic-update-slice"}
                     else "fused elementwise")
@@ -65,8 +66,8 @@ def group(kind: str) -> str:
         return "attention product (batched dot)"
     if kind.startswith("dot") or kind == "fused dot":
         return "matmul"
-    if "topk" in kind.lower() or kind == "sort":
-        return "top-k"
+    if "topk" in kind.lower() or kind in ("sort", "fused argmax"):
+        return "top-k / argmax"
     if "gather" in kind:
         return "gather (cache/beam reorder)"
     if "scatter" in kind or "dynamic-update-slice" in kind:
