@@ -1,4 +1,5 @@
-"""Batched beam search as one ``lax.while_loop`` (jit-compiled, fixed shapes).
+"""Batched beam search: one jit-compiled program of fixed shapes (a first step, then one
+``lax.while_loop`` per cache segment).
 
 Semantics, for each batch row b with beam size K and length cap ``cap[b] = min(max_lengths[b],
 max_length)``:

@@ -1,4 +1,5 @@
-"""Greedy decoding and ancestral sampling (temperature, top-k, top-p), one ``lax.while_loop``.
+"""Greedy decoding and ancestral sampling (temperature, top-k, top-p): a ``lax.while_loop`` per
+cache segment (one, unless the cache grows; see ``beam_search``).
 
 Both extend one hypothesis per row, token by token, until it emits ``eos_id`` (allowed from
 ``min_length`` tokens on) or reaches its length cap; the loop ends when every row has. The output
