@@ -80,15 +80,19 @@ class PeakRSS:
         return self
 
     def _sample(self) -> None:
-        me = os.getpid()
         while not self._stop.is_set():
-            total = sum(_rss_kib(p) for p in [me, *_descendants(me)])
-            self.peak_kib = max(self.peak_kib, total)
+            self._take()
             self._stop.wait(0.05)
+
+    def _take(self) -> None:
+        me = os.getpid()
+        total = sum(_rss_kib(p) for p in [me, *_descendants(me)])
+        self.peak_kib = max(self.peak_kib, total)
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._take()   # a phase shorter than one sampling interval still gets a sample
 
     @property
     def mib(self) -> float:
@@ -147,7 +151,7 @@ def build(work: Path, workers: int) -> dict:
                                           ParallelLines(work / "train.en", work / "train.de"),
                                           tokenizer, tokenizer, num_workers=workers)
         build_s = time.perf_counter() - start
-    return {"build_s": round(build_s, 1), "build_peak_rss_mib": rss.mib,
+    return {"build_s": round(build_s, 3), "build_peak_rss_mib": rss.mib,
             "store_tokens": store.num_tokens,
             "store_mib": round(sum(p.stat().st_size for p in store.directory.iterdir())
                                / 2**20, 1)}
@@ -180,7 +184,7 @@ def stream_epoch(loader, prefix: str = "epoch") -> dict:
         tokens += int(batch["src_lengths"].sum() + batch["tgt_lengths"].sum())
         batches += 1
     seconds = time.perf_counter() - start
-    return {f"{prefix}_tokens_per_s": round(tokens / seconds), f"{prefix}_s": round(seconds, 1),
+    return {f"{prefix}_tokens_per_s": round(tokens / seconds), f"{prefix}_s": round(seconds, 3),
             f"{prefix}_batches": batches, f"{prefix}_tokens": tokens}
 
 
@@ -198,7 +202,7 @@ def in_memory(work: Path, batch_tokens: int) -> dict:
                                          num_buckets=16, seed=0, num_workers=1)
         load_s = time.perf_counter() - start
         streamed = stream_epoch(loader, prefix="in_memory_epoch")
-    return {"in_memory_s": round(load_s, 1), **streamed, "in_memory_peak_rss_mib": rss.mib}
+    return {"in_memory_s": round(load_s, 3), **streamed, "in_memory_peak_rss_mib": rss.mib}
 
 
 PHASES = {"generate": lambda a, w: generate(w, a.pairs),
