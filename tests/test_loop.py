@@ -130,6 +130,19 @@ def test_run_dir_refuses_reuse_without_resume_and_a_changed_config(tmp_path):
     assert json.loads(run.config_path.read_text())["epochs"] == 1      # written once
 
 
+def test_run_dir_resumes_a_run_written_before_a_setting_existed(tmp_path):
+    """A config.json without a later-added key counts as holding the value such runs had."""
+    run = RunDir(tmp_path / "old")
+    run.open({"model": "a"}, resume=False)                  # written before "accum" existed
+    run.open({"model": "a", "accum": 1}, resume=True, check=["model", "accum"],
+             added={"accum": 1})
+    with pytest.raises(SystemExit, match="accum"):
+        run.open({"model": "a", "accum": 2}, resume=True, check=["model", "accum"],
+                 added={"accum": 1})
+    with pytest.raises(SystemExit, match="accum"):          # no default given: a change
+        run.open({"model": "a", "accum": 1}, resume=True, check=["model", "accum"])
+
+
 def test_with_loss_scaling_follows_the_policy():
     inner = optax.sgd(0.1)
     assert with_loss_scaling(inner, "float32") is inner

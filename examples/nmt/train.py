@@ -51,6 +51,8 @@ RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
                "spm_model_type", "joint_spm", "max_length", "model", "model_overrides", "init_from",
                "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "accum_steps",
                "seed")
+# settings added after older run directories were written, with the value those runs had
+ADDED_SINCE = {"accum_steps": 1}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -164,7 +166,7 @@ def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    run, mesh, config = launch(args, check=RESUME_KEYS)   # the first JAX call
+    run, mesh, config = launch(args, check=RESUME_KEYS, added=ADDED_SINCE)   # first JAX call
     translation.check_max_length(args.model, parse_overrides(args.model_overrides),
                                  args.max_length)
     where = dict(data_dir=args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang,

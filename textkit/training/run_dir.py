@@ -34,17 +34,18 @@ __all__ = ["RunDir", "launch"]
 
 
 def launch(args: Any, *, check: Iterable[str] | None = None,
+           added: Mapping[str, Any] | None = None,
            ) -> tuple[RunDir, jax.sharding.Mesh, dict[str, Any]]:
     """A recipe's start: join the other processes (``args.coordinator``, ``num_processes``,
     ``process_id``: the first JAX call), build the device mesh, and open ``args.save_dir``
-    (``RunDir.open`` with ``args.resume``). Returns ``(run, mesh, config)``; ``config`` is
-    ``vars(args)`` without the launch settings."""
+    (``RunDir.open`` with ``args.resume``, ``check`` and ``added``). Returns ``(run, mesh,
+    config)``; ``config`` is ``vars(args)`` without the launch settings."""
     parallel.initialize(args.coordinator, args.num_processes, args.process_id)
     mesh = parallel.make_mesh()
     run = RunDir(args.save_dir, main_process=parallel.is_main_process())
     config = {k: v for k, v in vars(args).items()
               if k not in ("resume", *parallel.LAUNCH_ARGS)}
-    run.open(config, resume=args.resume, check=check)
+    run.open(config, resume=args.resume, check=check, added=added)
     return run, mesh, config
 
 
@@ -80,17 +81,20 @@ class RunDir:
         return self.root / "final"
 
     def open(self, config: Mapping[str, Any], *, resume: bool,
-             check: Iterable[str] | None = None, reuse_flag: str = "--resume") -> None:
+             check: Iterable[str] | None = None, reuse_flag: str = "--resume",
+             added: Mapping[str, Any] | None = None) -> None:
         """Check ``root`` can hold this run, then write ``config.json`` once (process 0).
 
         Refuses (``SystemExit``) a directory whose ``config.json`` differs from ``config`` in
         a key of ``check`` (default: every key; settings such as a step limit or a time budget
         may change on resume), and, unless ``resume``, one that holds checkpoints or a
-        finished run's ``summary.json`` (the message names ``reuse_flag``).
+        finished run's ``summary.json`` (the message names ``reuse_flag``). ``added``: settings
+        introduced after older run directories were written, with the value those runs had; a
+        ``config.json`` without such a key counts as holding that value.
         """
         config = json.loads(json.dumps(dict(config)))  # as it reads back from disk
         if self.config_path.is_file():
-            old = self.read_config()
+            old = {**json.loads(json.dumps(dict(added or {}))), **self.read_config()}
             keys = set(old) | set(config) if check is None else set(check)
             changed = sorted(k for k in keys if old.get(k) != config.get(k))
             if changed:
