@@ -116,22 +116,20 @@ INT8_MAX = 127.0
 
 def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """(int8 values, float32 scale) with ``x ~= values * scale``; the scale is
-    ``max|x| / 127`` over ``axis`` (kept as size-1 axes; 1 where that max is 0)."""
+    ``max|x| / 127`` over ``axis`` (kept as size-1 axes; 1 where that max is 0). Values are
+    ``round(x * 127 / max|x|)``: within [-127, 127] without a clip."""
     x = x.astype(jnp.float32)
     peak = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
-    scale = jnp.where(peak > 0, peak / INT8_MAX, 1.0)
-    return jnp.clip(jnp.round(x / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8), scale
+    values = jnp.round(x * jnp.where(peak > 0, INT8_MAX / peak, 0.0)).astype(jnp.int8)
+    return values, jnp.where(peak > 0, peak / INT8_MAX, 1.0)
 
 
 def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
                 transposed: bool = False) -> jax.Array:
     """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
     ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
-    per row as ``symmetric_int8`` does, multiplying by the inverse scale: no clip needed)."""
-    x = x.astype(jnp.float32)
-    peak = jnp.max(jnp.abs(x), axis=1, keepdims=True)                         # [N, 1]
-    xq = jnp.round(x * jnp.where(peak > 0, INT8_MAX / peak, 0.0)).astype(jnp.int8)  # [N, A]
-    x_scale = peak / INT8_MAX                                                  # [N, 1]
+    per row, see ``symmetric_int8``)."""
+    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
     contract = ((1,), (1,)) if transposed else ((1,), (0,))
     acc = jax.lax.dot_general(xq, weight, (contract, ((), ())),
                               preferred_element_type=jnp.int32)                # [N, M]

@@ -48,8 +48,7 @@ def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array) -> PyTr
     quantize. Already-int8 layers are left as they are."""
     if not example:
         example = (jnp.zeros((1, 8), jnp.int32),) * 2
-    out = jax.tree_util.tree_map(lambda leaf: leaf, params)            # a copy of the nesting
-    out = _mutable(out)
+    out = _mutable(params)                 # new dicts, the same arrays: the input is kept
     for path, module in _layer_paths(model, params, *example).items():
         node = out
         for name in path:
