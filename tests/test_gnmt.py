@@ -87,6 +87,41 @@ def test_forward_padding_causality_and_decode_step(attention):
     np.testing.assert_allclose(jnp.stack(steps, axis=1), full, atol=1e-5)
 
 
+def test_shared_and_tied_embeddings_one_table_and_decode_step_equals_forward():
+    """share_embeddings + tie_output: one [V,E] table read by both embeddings and the softmax
+    layer (no tgt_embedding, no [D,V] kernel), it gets gradient from all three uses, and
+    decode_step token by token equals the forward pass."""
+    config = dataclasses.replace(TINY, tgt_vocab_size=50, share_embeddings=True, tie_output=True)
+    model = GNMT(config)
+    src, tgt = _batch()
+    params = _random_params(model, src, tgt)
+    assert "tgt_embedding" not in params and "output_projection" not in params
+    assert params["src_embedding"].shape == (50, 16)
+    assert params["output_hidden"]["kernel"].shape[-1] == 16       # [h_top; ctx] -> E
+
+    logits = model.apply({"params": params}, src, tgt)
+    assert logits.shape == (3, 6, 50) and np.isfinite(np.asarray(logits)).all()
+    memory = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, memory, src, tgt.shape[1], method="init_cache")
+    steps = []
+    for t in range(tgt.shape[1]):
+        log_probs, cache = model.apply({"params": params}, cache, tgt[:, t], method="decode_step")
+        steps.append(log_probs)
+    np.testing.assert_allclose(jnp.stack(steps, axis=1), jax.nn.log_softmax(logits, -1),
+                               atol=1e-5)
+
+    grads = jax.grad(lambda table: model.apply(
+        {"params": {**params, "src_embedding": table}}, src, tgt)[0, -1, 9])(
+        params["src_embedding"])
+    grads = np.abs(np.asarray(grads)).max(axis=1)
+    assert grads[9] > 0                                  # the output row read by the softmax
+    assert (grads[np.asarray(src[0, :4])] > 0).all()     # source tokens of row 0
+    assert (grads[np.asarray(tgt[0, :5])] > 0).all()     # target inputs before the last step
+
+    with pytest.raises(ValueError, match="share_embeddings"):
+        GNMTConfig(src_vocab_size=50, tgt_vocab_size=40, share_embeddings=True)
+
+
 def test_dropout_only_when_not_deterministic():
     src, tgt = _batch()
     model, params = _model_and_params("scaled_dot")
@@ -207,7 +242,7 @@ def _queries(model, params, src, tgt):
         encoded = module.encode(src)
         memory, mask = encoded["memory"], encoded["src_mask"]
         keys = module.project_keys(memory)
-        x = module._embed(module.tgt_embedding, tgt)
+        x = module._embed(module._target_table(), tgt)
         return module._bottom(x, keys, memory, mask, module._initial_state(memory, mask))[0]
     return model.apply({"params": params}, src, tgt, method=bottom)
 

@@ -21,6 +21,11 @@ uniform start), ``"scaled_dot"`` (projected query and keys, dot / sqrt(H)), ``"l
 and softmax are float32; matmuls follow the policy. ``init_scale`` draws the embeddings and
 LSTM matrices from U(-s, s) as GNMT does (None: the LSTM's PyTorch-style default).
 
+Embeddings: ``share_embeddings`` uses one table for source and target (a joint vocabulary);
+``tie_output`` computes the logits as ``tanh(W [h_top; ctx]) @ E_tgt^T + b`` (Luong's attentional
+hidden state of embedding width, then the transposed target embedding) instead of a separate
+``[D,V]`` kernel: fewer parameters and a cheaper softmax layer.
+
 ``bridge=False, input_feeding=False, output_context=False, attention="scaled_dot",
 init_scale=None`` is the earlier decoder (a target-side language model until the upper layers
 learn to use the context), kept for comparison.
@@ -65,8 +70,13 @@ class GNMTConfig(ModelConfig):
     input_feeding: bool = True
     output_context: bool = True
     init_scale: float | None = 0.1
+    share_embeddings: bool = False
+    tie_output: bool = False
 
     def _validate(self) -> None:
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size, got "
+                             f"{self.src_vocab_size} and {self.tgt_vocab_size}")
         if self.num_encoder_layers < 1 or self.num_decoder_layers < 2:
             raise ValueError("GNMT needs >= 1 encoder layer and >= 2 decoder layers (the "
                              "attention context enters the decoder from layer 2); got "
@@ -166,8 +176,10 @@ class GNMT(nn.Module):
         init = None if cfg.init_scale is None else uniform_init(cfg.init_scale)
         self.src_embedding = self.param("src_embedding", uniform_init(cfg.init_scale or 0.1),
                                         (cfg.src_vocab_size, cfg.embed_size), pol.param_dtype)
-        self.tgt_embedding = self.param("tgt_embedding", uniform_init(cfg.init_scale or 0.1),
-                                        (cfg.tgt_vocab_size, cfg.embed_size), pol.param_dtype)
+        if not cfg.share_embeddings:
+            self.tgt_embedding = self.param("tgt_embedding", uniform_init(cfg.init_scale or 0.1),
+                                            (cfg.tgt_vocab_size, cfg.embed_size),
+                                            pol.param_dtype)
         self.encoder_bidirectional = BidirectionalLSTM(cfg.hidden_size, pol, kernel_init=init)
         self.encoder_layers = [LSTM(cfg.hidden_size, pol, kernel_init=init)
                                for _ in range(cfg.num_encoder_layers - 1)]
@@ -183,8 +195,28 @@ class GNMT(nn.Module):
             self.attention = RecurrentAttention(cfg.attention, cfg.hidden_size, pol)
         if cfg.bridge:
             self.bridge = Dense((cfg.num_decoder_layers, 2, cfg.hidden_size), pol)
-        self.output_projection = Dense(cfg.tgt_vocab_size, pol)
+        if cfg.tie_output:
+            self.output_hidden = Dense(cfg.embed_size, pol)
+            self.output_bias = self.param("output_bias", nn.initializers.zeros,
+                                          (cfg.tgt_vocab_size,), jnp.float32)
+        else:
+            self.output_projection = Dense(cfg.tgt_vocab_size, pol)
         self.dropout = Dropout(cfg.dropout)
+
+    def _target_table(self) -> jax.Array:
+        """The target embedding ``[V,E]`` (the source one with ``share_embeddings``)."""
+        return self.src_embedding if self.config.share_embeddings else self.tgt_embedding
+
+    def _logits(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        """Top decoder features ``x [B,T,D]`` -> logits float32 ``[B,T,V]``; with ``tie_output``
+        through ``tanh(W x)`` of embedding width and the transposed target embedding."""
+        x = self.dropout(x, deterministic=deterministic)
+        if not self.config.tie_output:
+            return self.output_projection(x)
+        hidden = jnp.tanh(self.output_hidden(x))                                  # [B,T,E]
+        logits = mixed_einsum("bte,ve->btv", hidden, self._target_table(),
+                              self.config.policy.compute_dtype)
+        return logits.astype(jnp.float32) + self.output_bias
 
     def _embed(self, table: jax.Array, tokens: jax.Array) -> jax.Array:
         return lookup(table, tokens).astype(self.config.policy.compute_dtype)
@@ -246,7 +278,8 @@ class GNMT(nn.Module):
                 src_mask: jax.Array, state: dict[str, Any],
                 deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
         """``tgt_tokens [B,T]`` from ``state`` -> (logits float32 ``[B,T,V]``, new state)."""
-        x = self.dropout(self._embed(self.tgt_embedding, tgt_tokens), deterministic=deterministic)
+        x = self.dropout(self._embed(self._target_table(), tgt_tokens),
+                         deterministic=deterministic)
         x, context, new_state = self._bottom(x, keys, memory, src_mask, state)
         layers = list(new_state["layers"])
         upper = self.decoder_layers[0 if self.config.input_feeding else 1:]
@@ -258,8 +291,7 @@ class GNMT(nn.Module):
             x = y + x if layer_number >= RESIDUAL_FROM_LAYER else y
         if self.config.output_context:
             x = jnp.concatenate([x, context], axis=-1)
-        logits = self.output_projection(self.dropout(x, deterministic=deterministic))
-        return logits, {**new_state, "layers": tuple(layers)}
+        return self._logits(x, deterministic), {**new_state, "layers": tuple(layers)}
 
     def __call__(self, src_tokens: jax.Array, tgt_input: jax.Array, *,
                  deterministic: bool = True) -> jax.Array:

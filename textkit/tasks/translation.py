@@ -336,14 +336,15 @@ def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: 
                 **overrides: Any) -> Any:
     """The registry preset ``name`` for these vocabularies, padding id and precision policy.
 
-    ``shared_vocab`` turns on the preset's ``share_embeddings`` where it has one (one table for
-    source and target). ``overrides`` replace further config fields (e.g. ``dropout``).
+    Without ``shared_vocab`` a preset's ``share_embeddings`` (one table for source and target)
+    is turned off; with it, the preset's own value (Transformer presets: on; GNMT: off) or the
+    override stands. ``overrides`` replace further config fields (e.g. ``dropout``).
     """
     fields = {f.name for f in dataclasses.fields(get_model(name).config)}
     wanted = {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size,
               "pad_id": pad_id, "policy": Policy.parse(precision), **overrides}
-    if "share_embeddings" in fields and "share_embeddings" not in overrides:
-        wanted["share_embeddings"] = bool(shared_vocab)
+    if "share_embeddings" in fields and not shared_vocab and "share_embeddings" not in overrides:
+        wanted["share_embeddings"] = False
     unknown = sorted(set(wanted) - fields)
     if unknown:
         raise ValueError(f"model {name!r} has no config field(s) {unknown}; "
