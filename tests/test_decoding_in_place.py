@@ -171,8 +171,9 @@ def test_the_beam_cache_is_in_place_and_untiled(transformer):
     assert in_place
     layer = beam_cache["layers"][0]
     assert layer["memory_key"].shape == cache["layers"][0]["memory_key"].shape   # [B, H, S, Dh]
-    assert layer["self"]["key"].shape[:4] == (2, cache["layers"][0]["self"]["key"].shape[1], 4,
-                                              8)
+    heads, depth = cache["layers"][0]["self"]["key"].shape[1:3]
+    assert layer["self"]["key"].shape == (2, heads, depth, 4, 8)       # depth-major keys
+    assert layer["self"]["value"].shape == (2, heads, 4, 8, depth)
     assert beam_cache["ancestry"].shape == (2, 4, 8)
     tiled, in_place = expand_beams(PlainStep(model), params, cache, 4)
     assert not in_place and tiled["layers"][0]["memory_key"].shape[0] == 8

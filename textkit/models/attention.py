@@ -6,18 +6,23 @@ float32 (see ``dot_product_attention``); scores are masked with a finite fill
 (``textkit.precision.mask_value(float32)``, so an all-masked dummy row gives a uniform
 distribution, never NaN) and soft-maxed in float32.
 
-Keys and values are kept heads-major, [B, H, L, Dh], so that the score and value products are
-plain batched matmuls over (B, H): a one-token decoding step then reads the cache in place instead
-of transposing all of it (as a [B, L, H, Dh] layout makes XLA do, every step, for every layer).
+Keys and values are kept heads-major so that the score and value products are plain batched
+matmuls over (B, H): a one-token decoding step then reads the cache in place instead of
+transposing all of it (as a [B, L, H, Dh] layout makes XLA do, every step, for every layer).
+Values are [B, H, L, Dh]; keys that are read again and again (the decoding caches and the
+cross-attention keys of ``project_kv``) are *depth-major*, [B, H, Dh, L]: the score product
+``q [.., Q, Dh] @ k [.., Dh, L]`` is then a plain (non-transposed) matmul, several times
+faster on XLA:CPU for one-query steps than contracting both operands' minor axes.
 
 Incremental decoding uses an explicit cache pytree, never flax's mutable "cache" collection:
-``{"key": [B, H, max_len, Dh], "value": [B, H, max_len, Dh]}`` in the compute dtype, with the
+``{"key": [B, H, Dh, max_len], "value": [B, H, max_len, Dh]}`` in the compute dtype, with the
 write position passed separately as int32[B] (the model keeps it in its own cache); a step
-scatters its key/value into that one position.
+scatters its key/value into that one position (``POSITION_AXIS`` names the axis per leaf).
 
 Beam search uses a *slot* layout instead (``beams=K``): the N = B*K query rows are the K
-hypotheses of B sentences, the cache is ``[B, H, K, max_len, Dh]`` (slot j of sentence b is
-written by hypothesis j at each step, in place, once per position) and an ancestry table
+hypotheses of B sentences, the cache is key ``[B, H, Dh, K, max_len]`` / value
+``[B, H, K, max_len, Dh]`` (slot j of sentence b is written by hypothesis j at each step, in
+place, once per position) and an ancestry table
 int32[B, K, max_len] says which slot holds each position of each hypothesis's history
 (``textkit.models.beam_cache``). A hypothesis attends to its own history through that
 mask, so the cache is never reordered when hypotheses change parents: only the table is. The K
@@ -37,6 +42,10 @@ from textkit.precision import Policy, mask_value
 
 Array = jax.Array
 
+POSITION_AXIS = {"key": -1, "value": -2}
+"""The position (length) axis of each decoding-cache leaf; a slot cache's slot axis is the one
+just before it."""
+
 
 def padding_mask(tokens: Array, pad_id: int) -> Array:
     """Key mask from token ids: int[B, K] -> bool[B, 1, 1, K] (True at real tokens)."""
@@ -54,19 +63,20 @@ def position_mask(positions: Array, max_length: int) -> Array:
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
-                          dropout_rate: float = 0.0, dropout_rng: Array | None = None,
-                          deterministic: bool = True) -> Array:
+                          depth_major_key: bool = False, dropout_rate: float = 0.0,
+                          dropout_rng: Array | None = None, deterministic: bool = True) -> Array:
     """Scaled dot-product attention, computed in float32, heads-major.
 
-    query [B, H, Q, Dh], key/value [B, H, K, Dh] (any float dtype; projections arrive from
-    compute-dtype matmuls), mask bool broadcastable to [B, H, Q, K] or None -> float32
-    [B, H, Q, Dh]. The two batched products run in float32 on purpose: a bf16 result would round
-    the scores before the softmax. They are a small share of the FLOPs at translation lengths
-    (4*T*d per token against 24*d^2).
+    query [B, H, Q, Dh], key [B, H, K, Dh] (``depth_major_key``: [B, H, Dh, K]), value
+    [B, H, K, Dh] (any float dtype; projections arrive from compute-dtype matmuls), mask bool
+    broadcastable to [B, H, Q, K] or None -> float32 [B, H, Q, Dh]. The two batched products run
+    in float32 on purpose: a bf16 result would round the scores before the softmax. They are a
+    small share of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
     """
     depth = query.shape[-1]
     query = query.astype(jnp.float32) * np.float32(depth ** -0.5)
-    scores = jnp.einsum("bhqd,bhkd->bhqk", query, key.astype(jnp.float32))
+    spec = "bhqd,bhdk->bhqk" if depth_major_key else "bhqd,bhkd->bhqk"
+    scores = jnp.einsum(spec, query, key.astype(jnp.float32))
     if mask is not None:
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
@@ -78,15 +88,22 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
 def update_cache(cache: dict[str, Array], key: Array, value: Array,
                  positions: Array) -> dict[str, Array]:
     """Write one step's key/value [B, H, 1, Dh] at ``positions`` int32[B] of the cache
-    ([B, H, max_len, Dh]): a scatter of B*H rows, not a rewrite of the whole cache."""
+    (key [B, H, Dh, max_len], value [B, H, max_len, Dh]): a scatter of B*H rows or columns, not
+    a rewrite of the whole cache."""
     rows = jnp.arange(positions.shape[0])
-    return {name: cache[name].at[rows, :, positions].set(new[:, :, 0].astype(cache[name].dtype))
-            for name, new in (("key", key), ("value", value))}
+    key = cache["key"].at[rows, :, :, positions].set(key[:, :, 0].astype(cache["key"].dtype))
+    value = cache["value"].at[rows, :, positions].set(value[:, :, 0].astype(cache["value"].dtype))
+    return {"key": key, "value": value}
 
 
 def heads_major(x: Array) -> Array:
     """[B, L, H, Dh] -> [B, H, L, Dh]."""
     return jnp.swapaxes(x, 1, 2)
+
+
+def depth_major(x: Array) -> Array:
+    """[B, L, H, Dh] -> [B, H, Dh, L] (the layout of keys that are read many times)."""
+    return jnp.transpose(x, (0, 2, 3, 1))
 
 
 def group_beams(x: Array, beams: int) -> Array:
@@ -103,10 +120,12 @@ def ungroup_beams(x: Array) -> Array:
 def update_slot_cache(cache: dict[str, Array], key: Array, value: Array,
                       positions: Array) -> dict[str, Array]:
     """Write one step's key/value [B, H, K, Dh] of every slot at ``positions`` int32[B] of the
-    slot cache [B, H, K, L, Dh] (in place: B*H*K rows)."""
+    slot cache (key [B, H, Dh, K, L], value [B, H, K, L, Dh]; in place)."""
     rows = jnp.arange(positions.shape[0])
-    return {name: cache[name].at[rows, :, :, positions].set(new.astype(cache[name].dtype))
-            for name, new in (("key", key), ("value", value))}
+    key = jnp.swapaxes(key, 2, 3).astype(cache["key"].dtype)                 # [B, H, Dh, K]
+    return {"key": cache["key"].at[rows, :, :, :, positions].set(key),
+            "value": cache["value"].at[rows, :, :, positions].set(
+                value.astype(cache["value"].dtype))}
 
 
 class MultiHeadAttention(nn.Module):
@@ -136,9 +155,10 @@ class MultiHeadAttention(nn.Module):
         self.out = Dense(self.d_model, policy=self.policy, contract=2)
 
     def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values: float32[B, K, D] -> 2 x compute dtype [B, H, K, Dh]."""
-        kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)  # [B, K, 2, H, Dh]
-        return heads_major(kv[..., 0, :, :]), heads_major(kv[..., 1, :, :])
+        """Cross-attention keys and values of float32[B, S, D], compute dtype: keys
+        depth-major [B, H, Dh, S], values [B, H, S, Dh]."""
+        kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)  # [B, S, 2, H, Dh]
+        return depth_major(kv[..., 0, :, :]), heads_major(kv[..., 1, :, :])
 
     def __call__(self, inputs_q: Array, mask: Array | None = None, *,
                  kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
@@ -152,11 +172,12 @@ class MultiHeadAttention(nn.Module):
         Cross-attention takes ``kv`` from ``project_kv`` and ``mask`` over its keys.
 
         ``beams=K`` (one beam-search step, Q == 1, N = B*K rows): queries are grouped by
-        sentence; cross-attention ``kv`` holds one copy per sentence ([B, H, S, Dh]); the
-        self-attention cache is the slot layout [B, H, K, L, Dh], ``positions`` is int32[B] and
-        ``mask`` the step's ``ancestry_mask`` (module docstring).
+        sentence; cross-attention ``kv`` holds one copy per sentence; the self-attention cache
+        is the slot layout, ``positions`` is int32[B] and ``mask`` the step's
+        ``ancestry_mask`` (module docstring).
         """
         compute = self.policy.compute_dtype
+        depth_major_key = self.cross or cache is not None
         if self.cross:
             query = self.query(inputs_q)
             key, value = kv
@@ -168,27 +189,28 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and beams is not None:
                 cache = update_slot_cache(cache, group_beams(key, beams),
                                           group_beams(value, beams), positions)
-                key, value = (cache[name].reshape(*cache[name].shape[:2], -1,
-                                                  cache[name].shape[-1])
-                              for name in ("key", "value"))                  # [B, H, K*L, Dh]
+                key = cache["key"].reshape(*cache["key"].shape[:3], -1)      # [B, H, Dh, K*L]
+                value = cache["value"].reshape(*cache["value"].shape[:2], -1,
+                                               cache["value"].shape[-1])     # [B, H, K*L, Dh]
             elif cache is not None:
                 cache = update_cache(cache, heads_major(key), heads_major(value), positions)
                 key, value = cache["key"], cache["value"]
-                mask = position_mask(positions, key.shape[2])
+                mask = position_mask(positions, key.shape[-1])
             else:
                 key, value = heads_major(key), heads_major(value)
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
         query = heads_major(query) if beams is None else group_beams(query, beams)
-        out = dot_product_attention(query, key, value, mask,
+        out = dot_product_attention(query, key, value, mask, depth_major_key=depth_major_key,
                                     dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
                                     deterministic=deterministic)
         out = self.out(heads_major(out) if beams is None else ungroup_beams(out))  # [N, Q, D]
         return out if cache is None else (out, cache)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
-        """Empty self-attention cache: key/value zeros [B, H, max_length, Dh] in compute dtype."""
-        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
-        zeros = jnp.zeros(shape, self.policy.compute_dtype)
-        return {"key": zeros, "value": zeros}
+        """Empty self-attention cache in compute dtype: key zeros [B, H, Dh, max_length],
+        value zeros [B, H, max_length, Dh]."""
+        depth = self.d_model // self.num_heads
+        key = jnp.zeros((batch_size, self.num_heads, depth, max_length), self.policy.compute_dtype)
+        return {"key": key, "value": jnp.swapaxes(key, 2, 3)}

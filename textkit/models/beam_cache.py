@@ -2,12 +2,14 @@
 
 A model's ``init_cache`` holds B rows. Beam search over K hypotheses per sentence could tile it
 to B*K rows and gather every row by parent after each step (a copy of the whole cache per step);
-``beam_cache`` instead gives each self-attention cache K *slots* per sentence, [B, H, K, L, Dh],
-and adds ``"ancestry"`` int32[B, K, L]: entry (b, k, t) is the slot whose position t belongs to
-hypothesis k's history. Each step, hypothesis k writes its key/value into slot k at the current
-position (``write_ancestry`` records that) and attends through ``ancestry_mask``; when
-hypotheses take new parents only the table is gathered (``reorder_beams``). A slot position is
-written once, at its step, so no hypothesis ever loses its history. Everything else in the
+``beam_cache`` instead gives each self-attention cache K *slots* per sentence (a slot axis just
+before each leaf's position axis, ``attention.POSITION_AXIS``: key [B, H, Dh, K, L], value
+[B, H, K, L, Dh]) and adds ``"ancestry"`` int32[B, K, L]: entry (b, k, t) is the slot whose
+position t belongs to hypothesis k's history. Each step, hypothesis k writes its key/value into
+slot k at the current position (``write_ancestry`` records that) and attends through
+``ancestry_mask``; when hypotheses take new parents only the table is gathered
+(``reorder_beams``). A slot position is written once, at its step, so no hypothesis ever loses
+its history. Everything else in the
 cache (positions, masks, cross-attention memory) stays one copy per sentence.
 
 ``resize_cache`` cuts or pads the position axis of every self-attention cache (and the table):
@@ -25,6 +27,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from textkit.models.attention import POSITION_AXIS
+
 Array = jax.Array
 Cache = dict[str, Any]
 GetSelf = Callable[[Any], dict[str, Array]]
@@ -32,9 +36,14 @@ PutSelf = Callable[[Any, dict[str, Array]], Any]
 
 
 def slot_cache(cache: dict[str, Array], beams: int) -> dict[str, Array]:
-    """Row cache {"key", "value": [B, H, L, Dh]} -> slot cache [B, H, K, L, Dh] (every slot a
-    copy of its sentence's row: the positions written so far are shared by all hypotheses)."""
-    return {name: jnp.repeat(leaf[:, :, None], beams, axis=2) for name, leaf in cache.items()}
+    """Row cache {"key": [B, H, Dh, L], "value": [B, H, L, Dh]} -> slot cache with K slots
+    before the position axis (every slot a copy of its sentence's row: the positions written
+    so far are shared by all hypotheses)."""
+    out = {}
+    for name, leaf in cache.items():
+        axis = leaf.ndim + POSITION_AXIS[name]
+        out[name] = jnp.repeat(jnp.expand_dims(leaf, axis), beams, axis=axis)
+    return out
 
 
 def write_ancestry(ancestry: Array, positions: Array) -> Array:
@@ -76,7 +85,7 @@ def beam_cache(cache: Cache, beams: int, get: GetSelf, put: PutSelf) -> Cache:
     table (positions already written belong to slot 0's history, identical in every slot)."""
     if "ancestry" in cache:
         raise ValueError("the cache is already a beam cache")
-    length = get(cache["layers"][0])["key"].shape[2]
+    length = get(cache["layers"][0])["key"].shape[POSITION_AXIS["key"]]
     batch = cache["position"].shape[0]
     out = _map_self(cache, get, put, lambda self_cache: slot_cache(self_cache, beams))
     out["ancestry"] = jnp.zeros((batch, beams, length), jnp.int32)
@@ -102,7 +111,8 @@ def reorder_beams(cache: Cache, parent: Array) -> Cache:
 def resize_cache(cache: Cache, length: int, get: GetSelf, put: PutSelf) -> Cache:
     """Row or beam cache with ``length`` positions (cut or zero-padded)."""
     out = _map_self(cache, get, put, lambda self_cache: {
-        name: resize_length(leaf, length, leaf.ndim - 2) for name, leaf in self_cache.items()})
+        name: resize_length(leaf, length, leaf.ndim + POSITION_AXIS[name])
+        for name, leaf in self_cache.items()})
     if "ancestry" in cache:
         out["ancestry"] = resize_length(cache["ancestry"], length, 2)
     return out

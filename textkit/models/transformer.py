@@ -177,7 +177,8 @@ class TransformerLayer(nn.Module):
         return x if cache is None else (x, new_cache)
 
     def project_memory(self, memory: Array) -> tuple[Array, Array]:
-        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype [B,H,S,Dh])."""
+        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype; keys
+        depth-major [B,H,Dh,S], values [B,H,S,Dh])."""
         return self.cross_attention.project_kv(memory)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
@@ -271,9 +272,10 @@ class Transformer(nn.Module):
         """Decoding cache from ``encode``'s output; every leaf has leading axis B.
 
         ``{"position": int32[B], "memory_mask": bool[B, 1, 1, S], "layers": tuple of
-        {"self": {"key", "value": [B, H, max_length, Dh]}, "memory_key"/"memory_value":
-        [B, H, S, Dh]}}`` (keys/values heads-major in the compute dtype; the memory is projected
-        here once, not at every step).
+        {"self": {"key": [B, H, Dh, max_length], "value": [B, H, max_length, Dh]},
+        "memory_key": [B, H, Dh, S], "memory_value": [B, H, S, Dh]}}`` (compute dtype, keys
+        depth-major: ``textkit.models.attention``; the memory is projected here once, not at
+        every step).
         """
         self.config.check_length(max_length, "the decoding cache (max_length)")
         batch_size = src_tokens.shape[0]
@@ -311,7 +313,7 @@ class Transformer(nn.Module):
 
     def beam_cache(self, cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
         """``init_cache``'s cache (B rows, possibly advanced) -> the beam-search cache: the
-        self-attention caches in K slots per sentence ([B, H, K, L, Dh]), an ancestry table
+        self-attention caches in K slots per sentence, an ancestry table
         int32[B, K, L], the cross-attention memory left untiled (decoding contract's beam
         hooks; ``textkit.models.attention`` for the layout)."""
         return beam_cache(cache, beam_size, lambda layer: layer["self"],

@@ -91,8 +91,9 @@ class TransformerLM(nn.Module):
         return self._logits(x), None
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
-        """Empty cache: ``{"position": int32[B], "layers": tuple of {"key", "value":
-        [B, H, max_length, Dh] (heads-major) in the compute dtype}}``."""
+        """Empty cache: ``{"position": int32[B], "layers": tuple of {"key": [B, H, Dh,
+        max_length], "value": [B, H, max_length, Dh]} in the compute dtype}}``
+        (``textkit.models.attention``)."""
         self.config.check_length(max_length, "the decoding cache (max_length)")
         return {"position": jnp.zeros((batch_size,), jnp.int32),
                 "layers": tuple(layer.init_cache(batch_size, max_length)
