@@ -10,7 +10,7 @@ Keys and values are kept heads-major so that the score and value products are pl
 matmuls over (B, H): a one-token decoding step then reads the cache in place instead of
 transposing all of it (as a [B, L, H, Dh] layout makes XLA do, every step, for every layer).
 Values are [B, H, L, Dh]; keys that are read again and again (the decoding caches and the
-cross-attention keys of ``project_kv``) are *depth-major*, [B, H, Dh, L]: the score product
+cross-attention keys projected for decoding) are *depth-major*, [B, H, Dh, L]: the score product
 ``q [.., Q, Dh] @ k [.., Dh, L]`` is then a plain (non-transposed) matmul, several times
 faster on XLA:CPU for one-query steps than contracting both operands' minor axes.
 
@@ -154,22 +154,27 @@ class MultiHeadAttention(nn.Module):
             self.qkv = Dense((3, *shape), policy=self.policy, batch_axes=(0,))
         self.out = Dense(self.d_model, policy=self.policy, contract=2)
 
-    def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
-        """Cross-attention keys and values of float32[B, S, D], compute dtype: keys
-        depth-major [B, H, Dh, S], values [B, H, S, Dh]."""
+    def project_kv(self, inputs_kv: Array,
+                   depth_major_key: bool = False) -> tuple[Array, Array]:
+        """Cross-attention keys and values of float32[B, S, D] in compute dtype: keys
+        [B, H, S, Dh] (``depth_major_key``, for decoding: [B, H, Dh, S]), values [B, H, S, Dh]."""
         kv = self.key_value(inputs_kv).astype(self.policy.compute_dtype)  # [B, S, 2, H, Dh]
-        return depth_major(kv[..., 0, :, :]), heads_major(kv[..., 1, :, :])
+        key = kv[..., 0, :, :]
+        return (depth_major(key) if depth_major_key else heads_major(key),
+                heads_major(kv[..., 1, :, :]))
 
     def __call__(self, inputs_q: Array, mask: Array | None = None, *,
                  kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
                  positions: Array | None = None, beams: int | None = None,
+                 depth_major_key: bool = False,
                  deterministic: bool = True) -> Array | tuple[Array, dict[str, Array]]:
         """Attend ``inputs_q`` float32[N, Q, D]; returns float32[N, Q, D].
 
         Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
         ``positions`` int32[N] (one decoding step, Q == 1) the new key/value is written at
         ``positions``, keys up to it are visible, and ``(out, cache)`` is returned.
-        Cross-attention takes ``kv`` from ``project_kv`` and ``mask`` over its keys.
+        Cross-attention takes ``kv`` from ``project_kv`` (``depth_major_key``: projected
+        with it) and ``mask`` over its keys.
 
         ``beams=K`` (one beam-search step, Q == 1, N = B*K rows): queries are grouped by
         sentence; cross-attention ``kv`` holds one copy per sentence; the self-attention cache
@@ -177,7 +182,7 @@ class MultiHeadAttention(nn.Module):
         ``ancestry_mask`` (module docstring).
         """
         compute = self.policy.compute_dtype
-        depth_major_key = self.cross or cache is not None
+        depth_major_key = depth_major_key or cache is not None
         if self.cross:
             query = self.query(inputs_q)
             key, value = kv

@@ -152,7 +152,8 @@ class TransformerLayer(nn.Module):
                  beams: int | None = None, deterministic: bool = True):
         """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
 
-        ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``) and
+        ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``; keys
+        depth-major in a decoding step) and
         ``memory_mask`` bool[B, 1, 1, S] their padding mask. ``beams=K``: a beam-search step
         in the slot layout (``textkit.models.attention``), ``mask`` its ancestry mask.
         """
@@ -170,16 +171,17 @@ class TransformerLayer(nn.Module):
         if self.cross:
             x = self._residual(
                 x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv, beams=beams,
+                                                  depth_major_key=cache is not None,
                                                   deterministic=deterministic),
                 self.cross_norm, deterministic)
         x = self._residual(x, lambda h: self.feed_forward(h, deterministic=deterministic),
                            self.ff_norm, deterministic)
         return x if cache is None else (x, new_cache)
 
-    def project_memory(self, memory: Array) -> tuple[Array, Array]:
-        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype; keys
-        depth-major [B,H,Dh,S], values [B,H,S,Dh])."""
-        return self.cross_attention.project_kv(memory)
+    def project_memory(self, memory: Array, depth_major_key: bool = False) -> tuple[Array, Array]:
+        """Cross-attention keys/values of ``memory`` f32[B, S, D] (compute dtype [B,H,S,Dh];
+        ``depth_major_key``, for a decoding cache: keys [B,H,Dh,S])."""
+        return self.cross_attention.project_kv(memory, depth_major_key)
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
         return self.self_attention.init_cache(batch_size, max_length)
@@ -281,7 +283,7 @@ class Transformer(nn.Module):
         batch_size = src_tokens.shape[0]
         layers = []
         for layer in self.decoder_layers:
-            key, value = layer.project_memory(memory["memory"])
+            key, value = layer.project_memory(memory["memory"], depth_major_key=True)
             layers.append({"self": layer.init_cache(batch_size, max_length),
                            "memory_key": key, "memory_value": value})
         return {"position": jnp.zeros((batch_size,), jnp.int32),
