@@ -9,8 +9,8 @@ position t belongs to hypothesis k's history. Each step, hypothesis k writes its
 slot k at the current position (``write_ancestry`` records that) and attends through
 ``ancestry_mask``; when hypotheses take new parents only the table is gathered
 (``reorder_beams``). A slot position is written once, at its step, so no hypothesis ever loses
-its history. Everything else in the
-cache (positions, masks, cross-attention memory) stays one copy per sentence.
+its history. Everything else in the cache (positions, masks, cross-attention memory) stays one
+copy per sentence.
 
 ``resize_cache`` cuts or pads the position axis of every self-attention cache (and the table):
 decoders let the cache grow with the output so that attention reads filled positions only.
