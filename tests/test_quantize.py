@@ -51,6 +51,18 @@ def test_int8_matmul_is_an_integer_dot_close_to_float():
     np.testing.assert_array_equal(out, transposed)
 
 
+def test_int8_matmul_of_one_row_is_the_two_row_dot_row():
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.normal(size=(2, 64)), jnp.float32)
+    wq, w_scale = symmetric_int8(jnp.asarray(rng.normal(size=(64, 32)), jnp.float32), axis=0)
+    one = int8_matmul(x[:1], wq, w_scale[0])
+    assert one.shape == (1, 32)
+    np.testing.assert_array_equal(one, int8_matmul(x, wq, w_scale[0])[:1])
+    hlo = jax.jit(lambda a: int8_matmul(a, wq, w_scale[0])).lower(x[:1]).as_text()
+    assert "tensor<2x64xi8>, tensor<64x32xi8>) -> tensor<2x32xi32>" in hlo, \
+        "a one-row int8 dot is XLA:CPU's slow path"
+
+
 def test_quantized_model_keeps_its_outputs(transformer):
     model, params = transformer
     qparams = quantize_int8(model, params)
