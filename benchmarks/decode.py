@@ -317,7 +317,9 @@ def main() -> None:
                         help="tiny models, vocabulary 1000: checks that the script runs")
     parser.add_argument("--bfloat16", action="store_true",
                         help="also time textkit with bfloat16 weights and compute")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="alternating rounds (medians); on a 2-core VM one batch's time "
+                             "moves by up to 15 %% from round to round on either side")
     parser.add_argument("--hf-python", default=sys.executable,
                         help="Python with torch + transformers for the HF worker process")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF side")
