@@ -129,8 +129,9 @@ def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
     """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
     ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
     per row, see ``symmetric_int8``). A single row is multiplied as two (a zero row added):
-    XLA:CPU runs a one-row integer dot in a slow generic loop, tens of times slower than two
-    rows (one-sentence greedy decoding, a beam search's first step for one sentence)."""
+    XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
+    than two rows (one-sentence greedy decoding, a beam search's first step for one
+    sentence)."""
     xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
     single = xq.shape[0] == 1
     if single:
