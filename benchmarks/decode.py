@@ -16,7 +16,8 @@ Encoding, cache set-up and the search loop run as one jit-compiled program per m
 is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
 given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
 round by round; the figures are medians over rounds, the ratios textkit / float32 HF.
-Without torch/transformers the HF side is skipped with a note.
+Without torch/transformers (or with ``--no-hf``) the HF side is skipped with a note, and the
+JSON line has ``hf_skipped`` (the reason) instead of the ratios.
 
 ``--checkpoint RUN_DIR --sentences FILE``: a third case, a model trained by
 ``examples/nmt/train.py`` translating real sentences end to end (SentencePiece encode ->
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -170,10 +172,11 @@ def compile_search(case: Case, mode: str, src: jax.Array, *, gather: bool = Fals
 
 
 class HFWorker:
-    """``hf_generate.py`` in its own process; ``None`` from ``start`` when it cannot run."""
+    """``hf_generate.py`` in its own process; ``start`` gives the reason (a str) instead when
+    it cannot run."""
 
     @classmethod
-    def start(cls, python: str, spec: dict[str, Any], src: np.ndarray) -> HFWorker | None:
+    def start(cls, python: str, spec: dict[str, Any], src: np.ndarray) -> HFWorker | str:
         worker = cls()
         worker.process = subprocess.Popen(
             [python, str(Path(__file__).with_name("hf_generate.py"))], stdin=subprocess.PIPE,
@@ -182,7 +185,7 @@ class HFWorker:
         if "error" in ready:
             print(f"HF side skipped: {ready['error']}", flush=True)
             worker.process.wait()
-            return None
+            return str(ready["error"])
         print(f"HF worker: torch {ready['torch']}, transformers {ready['transformers']}, "
               f"{ready['threads']} threads", flush=True)
         return worker
@@ -202,14 +205,16 @@ class HFWorker:
 
 
 def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
-            label: str) -> dict[str, float]:
-    """Median sentences/s of textkit (and HF, alternating round by round) for both modes."""
+            label: str) -> tuple[dict[str, float], str | None]:
+    """Median sentences/s of textkit (and HF, alternating round by round) for both modes, and
+    why HF did not run (None when it did)."""
     device_src = jnp.asarray(src)
     compiled = {}
     for mode in MODES:
         compiled[mode], compile_s = compile_search(case, mode, device_src)
         print(f"{case.name} textkit {mode} ({label}): compiled in {compile_s:.1f}s", flush=True)
-    worker = HFWorker.start(hf_python, case.hf_spec, src) if hf_python else None
+    started = HFWorker.start(hf_python, case.hf_spec, src) if hf_python else "--no-hf"
+    worker, hf_skipped = (None, started) if isinstance(started, str) else (started, None)
     times: dict[str, list[float]] = {}
     for round_index in range(rounds):
         for mode in MODES:
@@ -223,7 +228,7 @@ def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
             flush=True)
     if worker:
         worker.close()
-    return {key: BATCH / statistics.median(values) for key, values in times.items()}
+    return {key: BATCH / statistics.median(values) for key, values in times.items()}, hf_skipped
 
 
 def compare_gather(case: Case, src: np.ndarray, rounds: int,
@@ -331,6 +336,8 @@ def main() -> None:
     src = np.random.default_rng(0).integers(4, 990 if args.quick else 32000,
                                             size=(BATCH, SRC_LEN)).astype(np.int32)
     hf_python = None if args.no_hf else args.hf_python
+    if hf_python and not shutil.which(hf_python):
+        parser.error(f"--hf-python {hf_python}: no such executable")
     summary: dict[str, Any] = {"batch": BATCH, "src_len": SRC_LEN, "steps": STEPS,
                                "quick": args.quick}
     bf16_policy = "params=bfloat16,compute=bfloat16,output=float32"
@@ -341,8 +348,11 @@ def main() -> None:
                     "marian": lambda policy: marian_case(checkpoint, policy)}
         names = {"all": ["synthetic", "marian"], "none": []}.get(args.case, [args.case])
         for name in names:
-            f32 = measure(builders[name]("float32"), src, args.rounds, hf_python, "float32")
-            bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, "bfloat16")
+            f32, hf_skipped = measure(builders[name]("float32"), src, args.rounds, hf_python,
+                                      "float32")
+            if hf_skipped:
+                summary["hf_skipped"] = hf_skipped
+            bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, "bfloat16")[0]
                     if args.bfloat16 else None)
             summary.update(summarise(name, f32, bf16))
     if args.compare_gather:

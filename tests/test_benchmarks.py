@@ -24,6 +24,7 @@ def test_decode_benchmark_quick(tmp_path):
     for key in ("beam4_sent_s", "greedy_sent_s", "marian_beam4_sent_s", "marian_greedy_sent_s"):
         assert result[key] > 0
     assert "cpu" in result and "beam4_ratio" not in result
+    assert result["hf_skipped"] == "--no-hf"
 
 
 @pytest.mark.slow
