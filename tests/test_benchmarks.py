@@ -35,3 +35,11 @@ def test_large_corpus_benchmark_small(tmp_path):
     for key in ("build_s", "build_peak_rss_mib", "epoch_tokens_per_s", "train_peak_rss_mib",
                 "in_memory_s"):
         assert result[key] > 0
+
+
+@pytest.mark.slow
+def test_train_step_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "train_step.py"), "--quick"], tmp_path)
+    for case in ("small_float32", "small_bfloat16"):
+        assert result[case]["textkit_tok_s"] > 0 and result[case]["flax_ref_tok_s"] > 0
+    assert "cpu" in result

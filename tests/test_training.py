@@ -83,6 +83,16 @@ def test_train_step_is_sgd_on_the_per_token_mean():
     assert int(new_state.step) == 1
 
 
+def test_train_step_lowers_ahead_of_time_to_the_same_program():
+    step = make_train_step(_linear_loss_fn, optax.sgd(0.5), donate=False)
+    state = create_train_state(_params(), optax.sgd(0.5), jax.random.key(0))
+    compiled = step.lower(state, _batch(0)).compile()
+    ahead, ahead_metrics = compiled(state, _batch(0))
+    called, called_metrics = step(state, _batch(0))
+    np.testing.assert_array_equal(ahead.params["w"], called.params["w"])
+    assert float(ahead_metrics["loss"]) == float(called_metrics["loss"])
+
+
 def test_loss_scaling_is_transparent_to_the_update():
     plain = optax.adam(0.1)
     scaled = dynamic_loss_scale(plain, initial_scale=2.0**12)

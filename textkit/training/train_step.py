@@ -88,6 +88,11 @@ class CompiledStep:
     def __call__(self, *args: Any) -> Any:
         return self._jitted(*args)
 
+    def lower(self, *args: Any) -> jax.stages.Lowered:
+        """Ahead-of-time lowering, as ``jax.jit(f).lower``: ``step.lower(state, batch).compile()``
+        is the program for those shapes, compiled without running it."""
+        return self._jitted.lower(*args)
+
 
 def _loss_parts(loss_fn: Callable, params: Any, batch: Mapping[str, Any], rng: Any,
                 carry: Any, with_carry: bool) -> tuple[jax.Array, jax.Array, Any, Any]:
