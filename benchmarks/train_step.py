@@ -9,8 +9,9 @@ The two implementations take turns step by step, so a change in machine load hit
 MFU = analytic model FLOPs per step (forward matmuls x 3 for the backward; embeddings, norms,
 softmax and the optimizer not counted) / step time / the matmul peak measured here on 2048^2
 dots: float32 x float32 for ``float32``; for ``bfloat16`` the faster of bfloat16 x bfloat16 ->
-float32 and float32 (XLA:CPU without bf16 units runs the former slower than the latter, and
-textkit then multiplies the bfloat16-rounded operands in float32: see
+float32 and float32 (XLA:CPU without bf16 dot instructions runs the former slower than the
+latter, and textkit then multiplies the bfloat16-rounded operands in float32; with
+``avx512_bf16`` or ``amx_bf16`` it uses the native dot: see
 ``textkit.models.layers.native_low_precision_dots``).
 
     python benchmarks/train_step.py            # small and base, float32 and bfloat16

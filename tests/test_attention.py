@@ -35,7 +35,7 @@ def dot_generals(fn, *args, native=True):
                     elif isinstance(sub, jax.extend.core.Jaxpr):
                         visit(sub)
 
-    with mock.patch.object(layers, "native_low_precision_dots", lambda: native):
+    with mock.patch.object(layers, "native_low_precision_dots", lambda dtype: native):
         visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
 
@@ -133,7 +133,7 @@ def test_emulated_low_precision_dots_multiply_rounded_operands_in_float32(comput
     dots = dot_generals(jax.grad(loss, argnums=(0, 1)), x, w, native=False)
     assert len(dots) == 3
     assert all([a.aval.dtype for a in eqn.invars] == [jnp.float32] * 2 for eqn in dots)
-    with mock.patch.object(layers, "native_low_precision_dots", lambda: False):
+    with mock.patch.object(layers, "native_low_precision_dots", lambda dtype: False):
         got = np.asarray(mixed_einsum("nd,df->nf", x, w, compute))
     rounded = [np.asarray(a.astype(compute), np.float64) for a in (x, w)]
     np.testing.assert_allclose(got, rounded[0] @ rounded[1], rtol=1e-5, atol=1e-5)

@@ -9,8 +9,8 @@ both operands to ``policy.compute_dtype`` and accumulates into a float32 result
 float32. ``mixed_einsum`` also keeps the *backward* matmuls in the compute dtype: plain autodiff
 would multiply the float32 cotangent with the bfloat16 operand, which XLA runs as a float32 (or
 slower mixed) matmul, losing most of the mixed-precision speed-up. Where the backend has no fast
-low-precision dot (XLA:CPU, see ``native_low_precision_dots``) the rounded operands are multiplied
-in float32: the same numbers, at the float32 kernel's speed.
+low-precision dot (XLA:CPU without bf16 dot instructions, see ``native_low_precision_dots``) the
+rounded operands are multiplied in float32: the same products, at the float32 kernel's speed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from textkit.cpu import has_bf16_dots
 from textkit.precision import Policy
 
 Array = jax.Array
@@ -35,23 +36,25 @@ def _is_float32(dtype: Any) -> bool:
     return np.dtype(dtype) == np.dtype(np.float32)
 
 
-def native_low_precision_dots() -> bool:
-    """Whether low-precision matmuls run as native ``compute x compute -> float32`` dots.
+def native_low_precision_dots(dtype: Any) -> bool:
+    """Whether ``dtype x dtype -> float32`` matmuls run as native dots.
 
-    False on XLA:CPU: there a bfloat16 x bfloat16 -> float32 dot is slower than the float32 dot
-    of the same shape on CPUs without bf16 units (see ``benchmarks/train_step.py``), and some of
-    its operand layouts are not implemented at all ("Unsupported element type for DotThunk").
-    The operands are then rounded to the compute dtype and multiplied as float32, which gives
-    the same numbers: the product of two bfloat16 (or float16) values is exact in float32 and the
-    accumulation is float32 either way.
+    Always off XLA:CPU. On XLA:CPU only bfloat16, and only on a CPU with bf16 dot instructions
+    (``textkit.cpu.has_bf16_dots``): without them the bfloat16 dot is slower than the float32
+    dot of the same shape (see ``benchmarks/train_step.py``), and float16 has no fast CPU dot.
+    Otherwise the operands, already rounded to ``dtype``, are multiplied as float32: the same
+    products (the product of two bfloat16 or float16 values is exact in float32), accumulated in
+    float32 either way.
     """
-    return jax.default_backend() != "cpu"
+    if jax.default_backend() != "cpu":
+        return True
+    return np.dtype(dtype) == np.dtype(jnp.bfloat16) and has_bf16_dots()
 
 
 def _einsum_f32(spec: str, a: Array, b: Array) -> Array:
     """``einsum`` of compute-dtype operands with a float32 result (see
     ``native_low_precision_dots``)."""
-    if not native_low_precision_dots():
+    if a.dtype != b.dtype or not native_low_precision_dots(a.dtype):
         a, b = a.astype(jnp.float32), b.astype(jnp.float32)
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
 
