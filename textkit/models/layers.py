@@ -39,12 +39,12 @@ def _is_float32(dtype: Any) -> bool:
 def native_low_precision_dots(dtype: Any) -> bool:
     """Whether ``dtype x dtype -> float32`` matmuls run as native dots.
 
-    Always off XLA:CPU. On XLA:CPU only bfloat16, and only on a CPU with bf16 dot instructions
-    (``textkit.cpu.has_bf16_dots``): without them the bfloat16 dot is slower than the float32
-    dot of the same shape (see ``benchmarks/train_step.py``), and float16 has no fast CPU dot.
-    Otherwise the operands, already rounded to ``dtype``, are multiplied as float32: the same
-    products (the product of two bfloat16 or float16 values is exact in float32), accumulated in
-    float32 either way.
+    True on every backend but XLA:CPU. There only for bfloat16, and only on a CPU with bf16 dot
+    instructions (``textkit.cpu.has_bf16_dots``): without them the bfloat16 dot is slower than
+    the float32 dot of the same shape (see ``benchmarks/train_step.py``), and float16 has no fast
+    CPU dot. Otherwise the operands, already rounded to ``dtype``, are multiplied as float32: the
+    same products (the product of two bfloat16 or float16 values is exact in float32),
+    accumulated in float32 either way.
     """
     if jax.default_backend() != "cpu":
         return True
