@@ -21,7 +21,8 @@ from textkit.precision import Policy
 
 def dot_generals(fn, *args, native=True):
     """All dot_general equations in the (nested) jaxpr of ``fn(*args)``, traced with native
-    low-precision dots (as on an accelerator) unless ``native`` is False (XLA:CPU's way)."""
+    low-precision dots (as on an accelerator) unless ``native`` is False (the rounded float32
+    way); ``native=None`` leaves ``layers.native_low_precision_dots`` as it is."""
     found = []
 
     def visit(jaxpr):
@@ -35,6 +36,9 @@ def dot_generals(fn, *args, native=True):
                     elif isinstance(sub, jax.extend.core.Jaxpr):
                         visit(sub)
 
+    if native is None:
+        visit(jax.make_jaxpr(fn)(*args).jaxpr)
+        return found
     with mock.patch.object(layers, "native_low_precision_dots", lambda dtype: native):
         visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found

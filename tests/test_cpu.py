@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_attention import dot_generals
 
 from textkit import cpu
 from textkit.models import layers
@@ -17,18 +18,6 @@ processor\t: 1
 model name\t: AMD EPYC Test
 flags\t\t: fpu sse2
 """
-
-
-def dot_generals(jaxpr) -> list:
-    """Every dot_general equation of ``jaxpr`` and of the jaxprs its equations call."""
-    found = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "dot_general"]
-    for eqn in jaxpr.eqns:
-        for value in eqn.params.values():
-            if isinstance(value, jax.extend.core.ClosedJaxpr):
-                found += dot_generals(value.jaxpr)
-            elif isinstance(value, jax.extend.core.Jaxpr):
-                found += dot_generals(value)
-    return found
 
 
 @pytest.fixture
@@ -75,8 +64,8 @@ def test_native_dots_on_cpu_only_for_bfloat16_with_bf16_instructions(monkeypatch
     assert layers.native_low_precision_dots(jnp.float16) is False
     x = jnp.ones((4, 8), jnp.float32)
     w = jnp.ones((8, 3), jnp.float32)
-    jaxpr = jax.make_jaxpr(lambda x, w: layers.mixed_einsum("nd,df->nf", x, w, jnp.bfloat16))
-    dots = dot_generals(jaxpr(x, w).jaxpr)
+    dots = dot_generals(lambda x, w: layers.mixed_einsum("nd,df->nf", x, w, jnp.bfloat16),
+                        x, w, native=None)
     operand = jnp.bfloat16 if bf16_dots else jnp.float32
     assert len(dots) == 1 and [v.aval.dtype for v in dots[0].invars] == [operand, operand]
     result = layers.mixed_einsum("nd,df->nf", x, w, jnp.bfloat16)

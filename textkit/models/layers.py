@@ -54,7 +54,7 @@ def native_low_precision_dots(dtype: Any) -> bool:
 def _einsum_f32(spec: str, a: Array, b: Array) -> Array:
     """``einsum`` of compute-dtype operands with a float32 result (see
     ``native_low_precision_dots``)."""
-    if a.dtype != b.dtype or not native_low_precision_dots(a.dtype):
+    if not native_low_precision_dots(a.dtype):
         a, b = a.astype(jnp.float32), b.astype(jnp.float32)
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
 
