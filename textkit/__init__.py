@@ -6,7 +6,7 @@ Importing ``textkit`` is cheap: the subpackages are imported on first use, and
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 _SUBMODULES = (
     "batchify",
