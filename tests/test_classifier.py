@@ -18,8 +18,8 @@ from textkit.models.classifier import (
     TextCNNConfig,
     WideConv,
     init_classifier,
-    load_pretrained,
     trainable_mask,
+    with_embedding_matrix,
 )
 from textkit.precision import Policy
 from textkit.tasks.classification import make_loss
@@ -182,7 +182,7 @@ def test_pretrained_matrix_is_checked():
     with pytest.raises(ValueError, match="takes no pretrained matrix"):
         init_classifier(TextCNN(TextCNNConfig(V)), key(0), _pretrained())
     with pytest.raises(ValueError, match=r"shape \(40, 9\).*needs \(40, 8\)"):
-        load_pretrained(_params("lstm-static-max"), np.zeros((V, 9), np.float32))
+        with_embedding_matrix(_params("lstm-static-max"), np.zeros((V, 9), np.float32))
     with pytest.raises(ValueError, match="mode='frozen'; expected one of"):
         TextCNNConfig(V, mode="frozen")
     with pytest.raises(ValueError, match="pooling"):

@@ -14,6 +14,7 @@ import pytest
 from textkit.data import DataLoader, FixedBucketSampler
 from textkit.precision import dynamic_loss_scale
 from textkit.training import (
+    FitConfig,
     RunDir,
     create_train_state,
     fit,
@@ -58,7 +59,7 @@ def start(optimizer=None):
 def test_fit_trains_by_epochs_and_counts_compiles():
     state, step = start()
     loader = make_loader()
-    result = fit(state, step, loader, epochs=3, log_every=5,
+    result = fit(state, step, loader, FitConfig(epochs=3, log_every=5),
                  evaluate=lambda s: {"w0": float(s.params["w"][0])})
     assert result.progress.step == 3 * len(loader) and result.progress.epoch == 3
     assert result.stopped_by == "epochs" and result.num_compiles == 1
@@ -70,14 +71,14 @@ def test_fit_stops_on_a_non_finite_loss_naming_the_step():
     state, step = start()
     loader = make_loader(bad_sample=9)   # unshuffled: sample 9 is in the third batch
     with pytest.raises(FloatingPointError, match="at step 3: loss nan.*no checkpoint"):
-        fit(state, step, loader, max_steps=10, log_every=5)
+        fit(state, step, loader, FitConfig(max_steps=10, log_every=5))
 
 
 def test_a_loss_scaling_skip_is_not_an_error():
     state, step = start(dynamic_loss_scale(optax.sgd(0.05)))
     loader = make_loader(bad_sample=9, value=np.inf)
     messages = []
-    result = fit(state, step, loader, max_steps=12, log_every=4, log=messages.append)
+    result = fit(state, step, loader, FitConfig(max_steps=12, log_every=4), log=messages.append)
     assert result.progress.step == 12 and np.isfinite(result.progress.last_loss)
     assert result.progress.skipped_total == 1
     assert any("skipped 1 step(s)" in m and "[3]" in m for m in messages)
@@ -88,9 +89,9 @@ def test_time_budget_then_resume_equals_an_uninterrupted_run(tmp_path):
     def run(save_dir, **kwargs):
         state, step = start(optax.adam(0.1))
         manager = RunDir(save_dir).checkpoint_manager(max_to_keep=2, best_metric="w0")
-        result = fit(state, step, make_loader(), max_steps=20, eval_every=6, log_every=3,
-                     checkpoints=manager, evaluate=lambda s: {"w0": float(s.params["w"][0])},
-                     **kwargs)
+        config = FitConfig(max_steps=20, eval_every=6, log_every=3, **kwargs)
+        result = fit(state, step, make_loader(), config, checkpoints=manager,
+                     evaluate=lambda s: {"w0": float(s.params["w"][0])})
         manager.close()
         return result
 
@@ -111,7 +112,8 @@ def test_epoch_hook_changes_the_state_before_the_save():
         record["lr"] = lr
         return state.replace(opt_state=with_learning_rate(state.opt_state, lr / 2))
 
-    result = fit(state, step, make_loader(), epochs=3, eval_each_epoch=True, on_epoch_end=halve)
+    result = fit(state, step, make_loader(), FitConfig(epochs=3, eval_each_epoch=True),
+                 on_epoch_end=halve)
     assert [h["lr"] for h in result.progress.history] == pytest.approx([0.1, 0.05, 0.025])
 
 
@@ -120,7 +122,7 @@ def test_run_dir_refuses_reuse_without_resume_and_a_changed_config(tmp_path):
     run.open({"model": "a", "epochs": 1}, resume=False)
     state, step = start()
     manager = run.checkpoint_manager()
-    fit(state, step, make_loader(), max_steps=2, checkpoints=manager)
+    fit(state, step, make_loader(), FitConfig(max_steps=2), checkpoints=manager)
     manager.close()
     with pytest.raises(SystemExit, match="--resume"):
         run.open({"model": "a", "epochs": 1}, resume=False)
@@ -168,7 +170,7 @@ def test_fit_ends_the_budget_schedule_at_max_steps():
     import optax
 
     state, step = start(budget_optimizer(total_steps=1000))   # a wrong first estimate
-    result = fit(state, step, make_loader(), max_steps=7, log_every=3)
+    result = fit(state, step, make_loader(), FitConfig(max_steps=7, log_every=3))
     assert float(optax.tree_utils.tree_get(result.state.opt_state, "total_steps")) == 7.0
     assert learning_rate_of(result.state.opt_state) == pytest.approx(0.05 * 1 / 3.5)
 
@@ -178,8 +180,8 @@ def test_fit_converts_a_time_budget_into_steps():
 
     state, step = start(budget_optimizer(total_steps=10_000))
     slow = lambda batch: (time.sleep(0.004), batch)[1]    # a steady ~250 steps/s
-    result = fit(state, step, make_loader(num=400), epochs=50, log_every=5, to_device=slow,
-                 time_budget_min=1.5 / 60, show_progress=False)
+    result = fit(state, step, make_loader(num=400), FitConfig(
+        epochs=50, log_every=5, time_budget_min=1.5 / 60, progress=False), to_device=slow)
     planned = float(optax.tree_utils.tree_get(result.state.opt_state, "total_steps"))
     assert result.stopped_by == "time_budget"
     assert planned < 10_000 and abs(planned - result.progress.step) <= 0.25 * planned
@@ -187,7 +189,7 @@ def test_fit_converts_a_time_budget_into_steps():
 
 def test_ema_parameters_follow_the_trained_ones():
     state, step = start(budget_optimizer(total_steps=24, ema_decay=0.9))
-    result = fit(state, step, make_loader(), max_steps=24, log_every=6)
+    result = fit(state, step, make_loader(), FitConfig(max_steps=24, log_every=6))
     from textkit.training import ema_params_of
     averaged, trained = ema_params_of(result.state)["w"], result.state.params["w"]
     assert not np.allclose(averaged, 0.0) and not np.allclose(averaged, trained)

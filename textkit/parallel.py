@@ -25,7 +25,7 @@ step (the sharded samplers guarantee both), and the same calls to collective hel
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -35,6 +35,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
+
+from textkit.settings import flag
 
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
@@ -130,19 +132,18 @@ def initialize(
     return jax.process_count() > 1
 
 
-# command-line launch settings: how a run is started, not part of its configuration
-LAUNCH_ARGS = ("coordinator", "num_processes", "process_id")
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """How a run is started (see ``initialize``), not part of its configuration. Each field is
+    the recipe flag of the same name (``num_processes`` is ``--num-processes``)."""
 
-
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--coordinator``, ``--num-processes`` and ``--process-id`` (see ``initialize``)."""
-    parser.add_argument("--coordinator", default=None,
-                        help="host:port of process 0 for a multi-process run "
-                             "(or TEXTKIT_COORDINATOR)")
-    parser.add_argument("--num-processes", type=int, default=None,
-                        help="processes in the job (or TEXTKIT_NUM_PROCESSES)")
-    parser.add_argument("--process-id", type=int, default=None,
-                        help="this process's index (or TEXTKIT_PROCESS_ID)")
+    coordinator: str | None = flag(
+        None, "host:port of process 0 for a multi-process run (or TEXTKIT_COORDINATOR)",
+        group="launch")
+    num_processes: int | None = flag(None, "processes in the job (or TEXTKIT_NUM_PROCESSES)",
+                                     group="launch")
+    process_id: int | None = flag(None, "this process's index (or TEXTKIT_PROCESS_ID)",
+                                  group="launch")
 
 
 def is_main_process() -> bool:

@@ -12,7 +12,14 @@ from textkit.data.datasets import (
 from textkit.data.download import ChecksumError, OfflineError, download, textkit_home
 from textkit.data.lm import BPTTBatches, bptt_batches
 from textkit.data.loader import DataLoader
-from textkit.data.registry import dataset_files, get_dataset, list_datasets, register_dataset
+from textkit.data.registry import (
+    DatasetInfo,
+    dataset_files,
+    get_dataset,
+    get_dataset_info,
+    list_datasets,
+    register_dataset,
+)
 from textkit.data.samplers import Batch, FixedBucketSampler, SortedBucketSampler, SplitSampler
 from textkit.data.splits import kfold_indices
 from textkit.data.token_store import TokenStore, build_token_store, file_digest
@@ -25,6 +32,7 @@ __all__ = [
     "SentencePieceTokenizer", "SortedBucketSampler", "SplitSampler", "TSVDataset",
     "TextClassificationDataset", "TextLineDataset", "TokenStore", "WhitespaceTokenizer",
     "bptt_batches", "build_token_store", "dataset_files", "download", "file_digest",
-    "get_dataset", "kfold_indices", "list_datasets", "register_dataset", "textkit_home",
+    "DatasetInfo", "get_dataset", "get_dataset_info", "kfold_indices", "list_datasets",
+    "register_dataset", "textkit_home",
     "toy_lm_corpus", "toy_sentiment", "toy_translation",
 ]

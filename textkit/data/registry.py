@@ -64,6 +64,12 @@ class DatasetInfo:
     ``segments`` maps a segment name to ``{role: relative file path}`` (roles are language
     codes for parallel corpora). A key ``"<segment>:<src>-<tgt>"`` overrides it for one
     translation direction. ``build(root, files, **kwargs)`` makes the dataset from the paths.
+
+    What a task reads: ``task`` is the task family (``"translation"``, ``"language_model"``,
+    ``"classification"``: the names of ``textkit.tasks``), ``splits`` maps the task's splits
+    (``train``, ``valid``, ``test``) to segments, and ``fields`` names what an example holds
+    (translation: the default source and target language; classification: ``text``,
+    ``label``; language modelling: ``text``).
     """
 
     name: str
@@ -72,6 +78,9 @@ class DatasetInfo:
     segments: Mapping[str, Mapping[str, str]]
     sources: tuple[Source, ...]
     build: Callable[..., Any]
+    task: str | None = None
+    splits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    fields: tuple[str, ...] = ()
 
     def segment_name(self, segment: str) -> str:
         if segment in self.segments:
@@ -102,9 +111,9 @@ def register_dataset(info: DatasetInfo, overwrite: bool = False) -> DatasetInfo:
     return info
 
 
-def list_datasets() -> list[str]:
-    """Names of all registered datasets."""
-    return sorted(_REGISTRY)
+def list_datasets(task: str | None = None) -> list[str]:
+    """Names of the registered datasets (of the task family ``task`` when given)."""
+    return sorted(name for name, info in _REGISTRY.items() if task in (None, info.task))
 
 
 def get_dataset_info(name: str) -> DatasetInfo:

@@ -23,7 +23,13 @@ from textkit.models.marian import (
     load_pretrained,
     save_pretrained,
 )
-from textkit.models.registry import get_model, list_models, register_model, register_preset
+from textkit.models.registry import (
+    config_class,
+    get_model,
+    list_models,
+    register_model,
+    register_preset,
+)
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
@@ -32,7 +38,7 @@ __all__ = [
     "MissingFileError", "ModelConfig", "NotMarianCheckpointError", "Pretrained",
     "PretrainedError", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "Translator",
-    "UnsupportedArchitectureError", "VocabSizeMismatchError", "beam_search",
+    "UnsupportedArchitectureError", "VocabSizeMismatchError", "beam_search", "config_class",
     "generation_options", "get_model", "greedy_search", "length_penalty", "list_models",
     "load_pretrained", "max_positions", "model_step_fn", "parse_overrides", "prefill",
     "register_model", "register_preset", "sample", "save_pretrained",

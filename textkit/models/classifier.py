@@ -45,7 +45,7 @@ __all__ = [
     "RNNClassifierConfig",
     "RNNClassifier",
     "init_classifier",
-    "load_pretrained",
+    "with_embedding_matrix",
     "trainable_mask",
 ]
 
@@ -249,7 +249,7 @@ def _is_embedding(path: tuple[Any, ...]) -> bool:
     return bool(path) and getattr(path[-1], "key", None) in (FROZEN, TUNED)
 
 
-def load_pretrained(params: Any, matrix: np.ndarray | jax.Array) -> Any:
+def with_embedding_matrix(params: Any, matrix: np.ndarray | jax.Array) -> Any:
     """Copy of ``params`` with every embedding table (frozen and tuned) set to ``matrix``
     float [vocab_size, embed_dim], cast to the table's dtype. Each table gets its own buffer,
     so a train step that donates ``params`` can donate both multichannel tables."""
@@ -278,7 +278,7 @@ def init_classifier(model: TextCNN | RNNClassifier, rng: jax.Array,
     tokens = jnp.full((1, max(getattr(model.config, "windows", (1,)))), model.config.pad_id,
                       jnp.int32)
     params = jax.jit(model.init)(rng, tokens)["params"]
-    return params if pretrained is None else load_pretrained(params, pretrained)
+    return params if pretrained is None else with_embedding_matrix(params, pretrained)
 
 
 def trainable_mask(params: Any) -> Any:

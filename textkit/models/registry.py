@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["get_model", "list_models", "register_model", "register_preset"]
+__all__ = ["config_class", "get_model", "list_models", "register_model", "register_preset"]
 
 _REGISTRY: dict[str, tuple[str, Callable[..., Any]]] = {}
 
@@ -51,6 +51,7 @@ def register_preset(name: str, family: str, model_cls: type, config_cls: type,
         return model_cls(config_cls(**{**fields, **overrides}))
 
     build.__doc__ = f"``{name}``: {model_cls.__name__} with {fields} (overridable)."
+    build.config_class = config_cls
     register_model(name, family)(build)
 
 
@@ -62,6 +63,13 @@ def get_model(name: str, **overrides: Any) -> Any:
         raise ValueError(
             f"unknown model {name!r}; available: {', '.join(sorted(_REGISTRY))}") from None
     return builder(**overrides)
+
+
+def config_class(name: str) -> type | None:
+    """The config dataclass of the registered preset ``name`` (None for a custom builder)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return getattr(_REGISTRY[name][1], "config_class", None)
 
 
 def list_models(family: str | None = None) -> list[str]:

@@ -21,37 +21,42 @@ way, so it never leaves its devices between steps; the metrics are replicated.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from textkit import parallel
-from textkit.data import BPTTBatches, LanguageModelCorpus, get_dataset
+from textkit.data import BPTTBatches, LanguageModelCorpus, get_dataset, get_dataset_info
 from textkit.data.toy import write_toy_lm_corpus
 from textkit.models import get_model, parse_overrides
 from textkit.precision import Policy
+from textkit.settings import flag
+from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
 from textkit.training import train_step as steps
+from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import perplexity
-from textkit.training.optim import with_loss_scaling
+from textkit.training.optim import learning_rate_of, with_learning_rate, with_loss_scaling
+from textkit.training.run_dir import RunDir
 from textkit.training.schedules import scale_by_budget_schedule
 from textkit.training.train_step import CompiledStep, TrainState
 from textkit.vocab import Vocab
 
 __all__ = [
-    "DATASETS",
     "build_model",
     "build_vocab",
-    "evaluate",
+    "LanguageModelConfig",
+    "LanguageModelTask",
     "init_params",
-    "load_corpora",
     "make_loader",
     "make_eval_step",
     "make_loss",
@@ -61,33 +66,15 @@ __all__ = [
     "process_rows",
     "sliding_windows",
     "stream_nll",
+    "stream_perplexity",
     "stream_windows",
     "train_step_shardings",
     "unigram_perplexity",
 ]
 
-DATASETS = ("toy", "ptb", "wikitext2", "wikitext103")
 # Added to the logits of tokens that can never be a target (e.g. <pad>): finite, so that a
 # masked position whose target is such a token gives 0 * large instead of 0 * inf = NaN.
 _EXCLUDED_LOGIT = -1e9
-
-
-def load_corpora(dataset: str, data_dir: str | None = None, *, toy_sentences: int = 20000,
-                 seed: int = 0, log: Callable[[str], None] = print,
-                 ) -> dict[str, LanguageModelCorpus]:
-    """``{"train", "valid", "test"}`` corpora; every line ends with ``<eos>``. ``toy`` writes a
-    generated corpus to ``data_dir`` (default: a new temporary folder). An empty file is an
-    error naming it (``LanguageModelCorpus``)."""
-    if dataset == "toy":
-        sizes = {"train": toy_sentences, "valid": max(toy_sentences // 10, 1),
-                 "test": max(toy_sentences // 10, 1)}
-        folder = Path(data_dir or tempfile.mkdtemp(prefix="textkit_toy_lm_"))
-        paths = write_toy_lm_corpus(folder, seed=seed, sizes=sizes)
-        log(f"toy corpus written to {folder} ({sizes})")
-        return {segment: LanguageModelCorpus(path) for segment, path in paths.items()}
-    return {segment: get_dataset(dataset, segment, root=data_dir,
-                                 progress=parallel.is_main_process())
-            for segment in ("train", "valid", "test")}
 
 
 def build_vocab(train: LanguageModelCorpus) -> Vocab:
@@ -239,9 +226,9 @@ def stream_nll(
     return float(totals[0]), float(totals[1])
 
 
-def evaluate(eval_step: Callable, model: Any, params: Any, token_ids: np.ndarray,
-             windows: Iterable[Mapping[str, np.ndarray]],
-             reset: bool = False) -> dict[str, float]:
+def stream_perplexity(eval_step: Callable, model: Any, params: Any, token_ids: np.ndarray,
+                      windows: Iterable[Mapping[str, np.ndarray]],
+                      reset: bool = False) -> dict[str, float]:
     """``{"ppl", "nll", "tokens"}`` of ``params`` over the stream ``token_ids`` cut into
     ``windows`` (``stream_windows``, or ``sliding_windows`` with ``reset``), on this process's
     first device (every process scores the whole stream itself, on its own copy of
@@ -268,9 +255,11 @@ def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: 
 def optimizer(name: str, learning_rate: float, *, clip_norm: float | None = None,
               weight_decay: float = 0.0, policy: Policy | str = "float32",
               schedule: str = "held", warmup_steps: int = 0, total_steps: int = 1,
-              decay_fraction: float = 0.2) -> optax.GradientTransformation:
-    """Gradient clipping by global norm, then ``"sgd"`` or ``"adam"`` (AdamW when
-    ``weight_decay`` > 0); dynamic loss scaling when ``policy`` needs it.
+              decay_fraction: float = 0.2,
+              ) -> tuple[optax.GradientTransformation, Callable[[Any], float]]:
+    """``(optimizer, learning_rate)``: gradient clipping by global norm, then ``"sgd"`` or
+    ``"adam"`` (AdamW when ``weight_decay`` > 0); dynamic loss scaling when ``policy`` needs
+    it. ``learning_rate(train_state)`` is the rate of the last step.
 
     ``schedule="held"``: the learning rate is held in the state, for the recipe to change
     between epochs (``textkit.training.optim.with_learning_rate``: plateau or per-epoch decay).
@@ -299,7 +288,7 @@ def optimizer(name: str, learning_rate: float, *, clip_norm: float | None = None
         if clip_norm <= 0:
             raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")
         inner = optax.chain(optax.clip_by_global_norm(clip_norm), inner)
-    return with_loss_scaling(inner, policy)
+    return with_loss_scaling(inner, policy), lambda state: learning_rate_of(state.opt_state)
 
 
 def next_learning_rate(learning_rate: float, *, epoch: int, improved: bool, factor: float,
@@ -320,3 +309,162 @@ def next_learning_rate(learning_rate: float, *, epoch: int, improved: bool, fact
     if decay_on == "epoch" or not improved:
         return learning_rate * factor
     return learning_rate
+
+
+# ------------------------------------------------------------------------------------ the task
+@dataclasses.dataclass(frozen=True)
+class LanguageModelConfig(TaskConfig):
+    """A language-modelling run (``examples/language_model/train.py``). Each field is the
+    recipe flag of the same name (``clip_norm`` is ``--clip-norm``, ``precision`` is
+    ``--precision``). ``eval_bptt`` left unset is ``bptt``."""
+
+    model: str = flag("lstm_lm_tiny", "a language-model preset (textkit.models.list_models"
+                      "('language_model'))", group="model")
+    toy_sentences: int = flag(20000, "training sentences of the toy corpus (valid / test get "
+                              "a tenth each)", group="data")
+    batch_size: int = flag(20, "global rows of the training windows", group="data")
+    bptt: int = flag(35, "training window length (tokens)", group="data")
+    eval_bptt: int | None = flag(None, "evaluation window (batch size 1, state carried; "
+                                 "default --bptt)", group="evaluation")
+    eval_stride: int | None = flag(
+        None, "sliding-window evaluation: windows of --eval-bptt tokens this many apart, each "
+        "token scored once with >= eval-bptt - stride tokens of context and no carried state "
+        "(for the Transformer LM)", group="evaluation")
+    optimizer: str = flag("sgd", "optimizer", group="training", choices=("sgd", "adam"))
+    lr: float = flag(20.0, "learning rate for the per-token mean loss (Adam: ~1e-3)",
+                     group="training")
+    lr_decay: float = flag(0.25, "learning-rate decay factor", group="training")
+    decay_on: str = flag("plateau", "plateau: decay when valid ppl does not improve; epoch: "
+                         "every epoch; budget: warm-up, constant, then linear decay reaching 0 "
+                         "exactly at the end of the run", group="training",
+                         choices=("plateau", "epoch", "budget"))
+    decay_start: int = flag(1, "first epoch after which the learning rate may decay",
+                            group="training")
+    warmup_steps: int = flag(0, "budget schedule warm-up steps", group="training")
+    decay_fraction: float = flag(0.2, "budget schedule: the final fraction of the steps that "
+                                 "decays", group="training")
+    weight_decay: float = flag(0.0, "weight decay (AdamW, or L2 for SGD)", group="training")
+    clip_norm: float = flag(0.25, "clip gradients of the per-token mean loss to this global "
+                            "norm (0: off)", group="training")
+    save_dir: str = flag("runs/language_model", "the run directory", group="output")
+    fit: FitConfig = FitConfig(epochs=5, eval_each_epoch=True)
+
+    def __post_init__(self):
+        object.__setattr__(self, "eval_bptt", self.eval_bptt or self.bptt)
+
+
+@register_task
+class LanguageModelTask(Task):
+    """Word-level language modelling with truncated BPTT: the vocabulary of the training
+    words, windows that carry the recurrent state through the jitted step, perplexity over
+    every token of a stream (``evaluate`` -> ``{"ppl", "nll", "tokens"}``)."""
+
+    name = "language_model"
+    config_class = LanguageModelConfig
+    eval_metric = "ppl"
+    eval_mode = "min"
+    config: LanguageModelConfig
+
+    def __init__(self, config: LanguageModelConfig, run: RunDir,
+                 log: Callable[[str], None] | None = None):
+        super().__init__(config, run, log)
+        parallel.per_process(config.batch_size, "--batch-size")
+        self.vocab: Vocab | None = None
+        self.unigram_test_ppl: float | None = None
+        self._eval_steps: dict[int, CompiledStep] = {}
+        self._ids: dict[int, np.ndarray] = {}
+
+    def read_split(self, split: str) -> LanguageModelCorpus:
+        config = self.config
+        if config.dataset == "toy":
+            sizes = {"train": config.toy_sentences, "valid": max(config.toy_sentences // 10, 1),
+                     "test": max(config.toy_sentences // 10, 1)}
+            folder = Path(config.data_dir or tempfile.mkdtemp(prefix="textkit_toy_lm_"))
+            path = write_toy_lm_corpus(folder, seed=config.seed, sizes=sizes)[split]
+            return LanguageModelCorpus(path)
+        segment = get_dataset_info(config.dataset).splits[split]
+        return get_dataset(config.dataset, segment, root=config.data_dir,
+                           progress=parallel.is_main_process())
+
+    def prepare(self, data: Mapping[str, LanguageModelCorpus]) -> None:
+        """The vocabulary of the training words (saved as ``vocab.json``); logs the token
+        counts and the unigram baseline's test perplexity."""
+        self.vocab = build_vocab(data["train"])
+        ids = {split: self.token_ids(corpus) for split, corpus in data.items()}
+        message = (f"vocabulary: {len(self.vocab) - 1:,} words (incl. <unk>, <eos>) + <pad>; "
+                   "tokens " + ", ".join(f"{s} {len(v):,}" for s, v in ids.items()))
+        if "test" in ids:
+            unigram = unigram_perplexity(ids["train"], ids["test"], len(self.vocab))
+            self.unigram_test_ppl = unigram
+            message += f"; unigram baseline (ML on train): test perplexity {unigram:.1f}"
+        self.log(message)
+        if self.run.main_process:
+            self.vocab.save(self.run.root / "vocab.json")
+
+    def token_ids(self, corpus: LanguageModelCorpus) -> np.ndarray:
+        """The corpus as one stream of vocabulary ids (computed once per corpus)."""
+        if id(corpus) not in self._ids:
+            self._ids[id(corpus)] = corpus.token_ids(self.vocab)
+        return self._ids[id(corpus)]
+
+    def make_loader(self, data: LanguageModelCorpus, *, train: bool) -> BPTTBatches:
+        """Training windows: ``batch_size`` rows of ``bptt`` tokens (evaluation streams its
+        own windows, see ``evaluate``)."""
+        return make_loader(self.token_ids(data), self.config.batch_size, self.config.bptt,
+                           self.vocab.pad_id)
+
+    def build_model(self) -> nn.Module:
+        config = self.config
+        return build_model(config.model, config.model_overrides, self.vocab, config.precision)
+
+    def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
+        return init_params(model, rng, self.vocab.eos_id)
+
+    def make_loss(self, model: nn.Module) -> LossFn:
+        return make_loss(model, (self.vocab.pad_id,))
+
+    def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
+                        **step_options: Any) -> CompiledStep:
+        """``train_step(state, batch, carry) -> (state, carry, metrics)``."""
+        return make_train_step(model, tx, excluded_ids=(self.vocab.pad_id,), **step_options)
+
+    def initial_carry(self, model: nn.Module) -> Callable[[], Any]:
+        return lambda: model.initial_state(self.config.batch_size)
+
+    def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
+        config = self.config
+        return optimizer(config.optimizer, config.lr, clip_norm=config.clip_norm or None,
+                         weight_decay=config.weight_decay, policy=config.precision,
+                         schedule="budget" if config.decay_on == "budget" else "held",
+                         warmup_steps=config.warmup_steps, total_steps=total_steps,
+                         decay_fraction=config.decay_fraction)
+
+    def decay_learning_rate(self, state: TrainState, record: dict[str, Any],
+                            history: list[dict[str, Any]]) -> TrainState:
+        """``fit``'s ``on_epoch_end`` for the held schedules: the next epoch's learning rate
+        from the validation perplexity (``next_learning_rate``), recorded as ``lr`` /
+        ``next_lr``."""
+        config = self.config
+        lr = learning_rate_of(state.opt_state)
+        best = min((h["valid_ppl"] for h in history), default=float("inf"))
+        new_lr = next_learning_rate(lr, epoch=record["epoch"], factor=config.lr_decay,
+                                    improved=record["valid_ppl"] < best,
+                                    decay_on=config.decay_on, decay_start=config.decay_start)
+        record.update(lr=lr, next_lr=new_lr)
+        return state.replace(opt_state=with_learning_rate(state.opt_state, new_lr))
+
+    def evaluate(self, model: nn.Module, params: Params,
+                 data: LanguageModelCorpus) -> dict[str, float]:
+        """Perplexity over every token of ``data`` (``stream_windows``, or ``sliding_windows``
+        with ``eval_stride``), on this process's first device."""
+        config, vocab = self.config, self.vocab
+        if id(model) not in self._eval_steps:
+            self._eval_steps[id(model)] = make_eval_step(model, excluded_ids=(vocab.pad_id,))
+        ids = self.token_ids(data)
+        if config.eval_stride:
+            windows = sliding_windows(ids, config.eval_bptt, config.eval_stride, vocab.eos_id,
+                                      vocab.pad_id)
+        else:
+            windows = stream_windows(ids, config.eval_bptt, vocab.eos_id, vocab.pad_id)
+        return stream_perplexity(self._eval_steps[id(model)], model, params, ids, windows,
+                                 reset=bool(config.eval_stride))

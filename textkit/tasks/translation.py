@@ -1,18 +1,19 @@
-"""Translation as a task: data, tokenizers, batches, loss, model, optimizer, evaluation.
+"""Translation as a task: ``TranslationTask`` (the ``textkit.tasks`` contract) and its
+building blocks, for ``(source, target)`` text pairs:
 
-The pieces every task exposes (``textkit.tasks``), for ``(source, target)`` text pairs:
-
-* ``load_pairs`` (the named corpora and the built-in toy data) and ``tokenizers`` (SentencePiece
-  models trained on the train split, cached in the run directory);
-* ``train_source`` / ``encode_corpus`` / ``trainable``: the train split streamed from its files
-  and encoded once, in parallel, into a memory-mapped ``TokenStore`` cached in the run directory
+* ``tokenizers``: SentencePiece models trained on the train split, cached in the run directory;
+* ``encode_corpus`` / ``trainable``: the train split streamed from its files and encoded once,
+  in parallel, into a memory-mapped ``TokenStore`` cached in the run directory
   (``encode_pairs`` does the same in memory, for small lists of pairs);
 * ``Seq2SeqBatchify`` / ``make_loader``: ``(source ids, target ids)`` samples to the textkit
   batch dict through a token-budget ``FixedBucketSampler`` (fixed padded shapes);
 * ``make_loss``: ``loss_fn(params, batch, rng)`` for ``make_train_step`` / ``make_eval_step``;
-* ``build_model`` / ``init_params``: a registry preset for the vocabularies and its parameters;
-* ``optimizer``: Adam with inverse-square-root warm-up and clipping (loss scaling by policy);
-* ``bleu_scores`` / ``evaluate``: cased and lowercased sacreBLEU of a ``Translator``'s output;
+* ``build_model`` / ``init_params`` / ``init_from``: a registry preset for the vocabularies and
+  its parameters, or a pretrained Marian checkpoint;
+* ``optimizer``: ``(tx, learning_rate)``, Adam with warm-up and clipping (loss scaling by
+  policy);
+* ``bleu_scores`` / ``translate_and_score``: cased and lowercased sacreBLEU of a
+  ``Translator``'s output;
 * ``choose_final``: the best checkpoint, or the average of the last N if it validates better.
 """
 
@@ -21,17 +22,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
+import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
+from textkit import parallel
 from textkit.batchify import Seq2SeqBatchify
 from textkit.batchify.tasks import IdPair
 from textkit.data import (
@@ -44,68 +49,45 @@ from textkit.data import (
     dataset_files,
     file_digest,
     get_dataset,
+    get_dataset_info,
     toy_translation,
 )
 from textkit.data.token_store import remove_stale
+from textkit.decoding import Translator
+from textkit.errors import ConfigError
 from textkit.models import get_model, max_positions, parse_overrides
 from textkit.precision import Policy
+from textkit.settings import flag
+from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
+from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
 from textkit.training.optim import ema, ema_params_of, learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
+from textkit.training.train_step import CompiledStep
 
 __all__ = [
-    "DATASETS",
     "Seq2SeqBatchify",
+    "TranslationConfig",
+    "TranslationTask",
     "bleu_scores",
     "build_model",
-    "check_max_length",
     "choose_final",
     "count_tokens",
     "encode_corpus",
     "encode_pairs",
-    "evaluate",
+    "init_from",
     "init_params",
-    "load_pairs",
+    "load_trained",
     "make_loader",
     "make_loss",
     "optimizer",
     "tokenizers",
-    "train_source",
+    "translate_and_score",
     "trainable",
 ]
-
-# name -> (default source/target language, train / valid / test segment)
-DATASETS = {
-    "toy": (("src", "tgt"), ("train", "valid", "test")),
-    "multi30k": (("en", "de"), ("train", "val", "test")),
-    "iwslt2015": (("en", "vi"), ("train", "val", "test")),
-    "wmt2014": (("en", "de"), ("train", "newstest2013", "newstest2014")),
-}
-
-
-def load_pairs(dataset: str, split: int, *, data_dir: str | None = None,
-               src_lang: str | None = None, tgt_lang: str | None = None,
-               toy_sizes: Sequence[int] = (12000, 200, 500),
-               seed: int = 0) -> list[tuple[str, str]]:
-    """(source, target) text pairs of ``split`` 0 (train), 1 (valid) or 2 (test)."""
-    (default_src, default_tgt), segments = DATASETS[dataset]
-    if dataset == "toy":
-        pairs = toy_translation(segments[split], num_sentences=int(toy_sizes[split]), seed=seed)
-        files = "the generated toy corpus (--toy-sizes)"
-    else:
-        data = get_dataset(dataset, segments[split], root=data_dir,
-                           src_lang=src_lang or default_src, tgt_lang=tgt_lang or default_tgt)
-        pairs = list(data)
-        files = " and ".join(str(getattr(data, a)) for a in ("src_path", "tgt_path")
-                             if hasattr(data, a)) or f"{data_dir}"
-    if not pairs:
-        raise ValueError(f"the {dataset} {segments[split]} split is empty: {files} hold no "
-                         "sentence pair with two non-empty sides")
-    return pairs
-
 
 # SentencePiece trains on at most this many sentences, sampled (all of Multi30k or IWSLT; a
 # sample of WMT, whose 9M sentences would hold several GB in the trainer)
@@ -170,23 +152,6 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Any, tgt_token
     limit = max_length if max_length is not None else float("inf")
     return [(s, t) for s, t in zip(src_ids, tgt_ids)
             if s and t and len(s) <= limit and len(t) + 1 <= limit]
-
-
-def train_source(dataset: str, *, data_dir: str | None = None, src_lang: str | None = None,
-                 tgt_lang: str | None = None, toy_sizes: Sequence[int] = (12000, 200, 500),
-                 seed: int = 0) -> Sequence[tuple[str, str]]:
-    """The train split's ``(source, target)`` text: ``ParallelLines`` streaming the corpus
-    files (every line, empty sides included), or the generated toy pairs in memory."""
-    if dataset == "toy":
-        return load_pairs("toy", 0, toy_sizes=toy_sizes, seed=seed)
-    (default_src, default_tgt), segments = DATASETS[dataset]
-    src_lang, tgt_lang = src_lang or default_src, tgt_lang or default_tgt
-    files = dataset_files(dataset, segments[0], data_dir, src_lang=src_lang, tgt_lang=tgt_lang)
-    for lang in (src_lang, tgt_lang):
-        if lang not in files:
-            raise ValueError(f"{dataset}: language {lang!r} not available; choose from "
-                             f"{sorted(files)}")
-    return ParallelLines(files[src_lang], files[tgt_lang])
 
 
 def _store_key(source: Sequence[tuple[str, str]], tokenizers: Sequence[Any]) -> str:
@@ -352,18 +317,6 @@ def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: 
     return get_model(name, **wanted)
 
 
-def check_max_length(name: str, overrides: Mapping[str, Any], max_length: int) -> None:
-    """Refuse (``SystemExit``) a ``--max-length`` above the positions the preset ``name`` with
-    ``overrides`` accepts, at start-up (before any data is read): such pairs would otherwise
-    fail at their first batch."""
-    limit = max_positions(get_model(name, **{"src_vocab_size": 8, "tgt_vocab_size": 8,
-                                             "pad_id": 0, **overrides}))
-    if limit is not None and max_length > limit:
-        raise SystemExit(f"--max-length {max_length} is above the {limit} positions the model "
-                         f"accepts (its max_len): pass --max-length {limit} or less, or a "
-                         f"model with more positions (--model-overrides max_len=...)")
-
-
 def init_params(model: Any, rng: jax.Array) -> Any:
     """``model.init`` on a [1, 8] dummy source and target; returns the params pytree."""
     dummy = jnp.full((1, 8), model.config.pad_id, jnp.int32)
@@ -411,7 +364,8 @@ def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[st
             "signature_lowercase": signature_lower}
 
 
-def evaluate(translator: Any, params: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+def translate_and_score(translator: Translator, params: Params,
+                        pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """``bleu_scores`` of ``translator.translate(params, sources)`` against the targets, plus
     the ``hypotheses``. Run on every process, each on its own copy of ``params``."""
     hypotheses = translator.translate(params, [s for s, _ in pairs])
@@ -456,6 +410,244 @@ def init_from(path: str, precision: str = "float32",
     try:
         pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)
     except (ValueError, TypeError) as err:
-        raise SystemExit(f"--init-from: {err}") from None
+        raise ConfigError(f"--init-from: {err}") from None
     pretrained.tgt_tokenizer.add_eos = False
     return pretrained._replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params))
+
+
+# ------------------------------------------------------------------------------------ the task
+@dataclasses.dataclass(frozen=True)
+class TranslationConfig(TaskConfig):
+    """A translation run (``examples/nmt/train.py``). Each field is the recipe flag of the same
+    name (``clip_norm`` is ``--clip-norm``, ``precision`` is ``--precision``). ``src_lang``,
+    ``tgt_lang``, ``spm_vocab_size`` and ``encode_workers`` left unset are resolved from the
+    dataset when the config is made."""
+
+    model: str = flag("transformer_tiny", "a translation preset (textkit.models.list_models"
+                      "('translation'))", group="model")
+    init_from: str | None = flag(
+        None, "fine-tune a Marian / OPUS-MT checkpoint directory with its own tokenizers "
+        "(--model, --spm-* and --joint-spm are then unused)", group="model")
+    src_lang: str | None = flag(None, "source language (default: the dataset's first)",
+                                group="data")
+    tgt_lang: str | None = flag(None, "target language (default: the dataset's second)",
+                                group="data")
+    toy_sizes: tuple[int, ...] = flag((12000, 200, 500), "toy train,valid,test pairs",
+                                      group="data")
+    spm_vocab_size: int | None = flag(None, "SentencePiece vocabulary size (default: 1000 for "
+                                      "toy, else 8000)", group="data")
+    spm_model_type: str = flag("bpe", "SentencePiece model type", group="data",
+                               choices=("bpe", "unigram"))
+    joint_spm: bool = flag(True, "one SentencePiece model and shared embeddings for both "
+                           "sides", group="data")
+    encode_workers: int | None = flag(
+        None, "processes encoding the train split into its token store (default: 0 for the "
+        "toy corpus, else the CPU count, at most 8)", group="data")
+    max_length: int = flag(128, "drop training pairs with a side longer than this (subword "
+                           "tokens); longer sources are truncated when decoding", group="data")
+    batch_tokens: int = flag(2048, "global token budget per batch (padded length x rows), all "
+                             "processes", group="data")
+    batch_rows_multiple: int | None = flag(
+        None, "round every bucket's global rows down to a multiple of this; it must be a "
+        "multiple of the device count (default: lcm(8, devices), so the global batch is the "
+        "same on 1, 2, 4 or 8 devices)", group="data")
+    num_buckets: int = flag(12, "length buckets: one padded shape and one compiled train "
+                            "program each", group="data")
+    valid_size: int = flag(0, "validate on the first N valid pairs (0: all)", group="data")
+    lr: float = flag(3e-3, "peak learning rate", group="training")
+    lr_schedule: str = flag("inverse_sqrt", "budget: warm-up, constant, then linear decay "
+                            "reaching 0 exactly at the end of the run", group="training",
+                            choices=("inverse_sqrt", "budget"))
+    decay_fraction: float = flag(0.2, "budget schedule: the final fraction of the steps that "
+                                 "decays", group="training")
+    warmup_steps: int = flag(200, "learning-rate warm-up steps", group="training")
+    clip_norm: float = flag(1.0, "clip gradients to this global norm", group="training")
+    label_smoothing: float = flag(0.1, "label smoothing of the loss", group="training")
+    accum_steps: int = flag(1, "gradient accumulation: micro-batches of --batch-tokens per "
+                            "update, run in one compiled step", group="training")
+    ema_decay: float | None = flag(None, "keep an EMA of the parameters and evaluate / test "
+                                   "it (e.g. 0.999)", group="training")
+    beam_size: int = flag(4, "beam size of validation and test decoding", group="evaluation")
+    alpha: float = flag(0.6, "GNMT length-penalty exponent", group="evaluation")
+    decode_batch_size: int = flag(64, "sentences per decoding batch", group="evaluation")
+    average_last: int = flag(1, "average the last N checkpoints at the end if that validates "
+                             "better (1: none)", group="evaluation")
+    save_dir: str = flag("runs/nmt_toy", "the run directory", group="output")
+    fit: FitConfig = FitConfig(epochs=8, eval_every=500)
+
+    def __post_init__(self):
+        info = None if self.dataset == "toy" else get_dataset_info(self.dataset)
+        default_src, default_tgt = ("src", "tgt") if info is None else info.fields[:2]
+        resolved = {
+            "src_lang": self.src_lang or default_src, "tgt_lang": self.tgt_lang or default_tgt,
+            "spm_vocab_size": self.spm_vocab_size or (1000 if info is None else 8000),
+            "encode_workers": self.encode_workers if self.encode_workers is not None
+            else 0 if info is None else min(os.cpu_count() or 1, 8)}
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
+        if len(self.toy_sizes) != 3:
+            raise ConfigError(f"--toy-sizes takes train,valid,test sizes, got {self.toy_sizes}")
+        if self.accum_steps < 1:
+            raise ConfigError(f"--accum-steps must be >= 1, got {self.accum_steps}")
+
+
+Pairs = Sequence[tuple[str, str]]
+
+
+@register_task
+class TranslationTask(Task):
+    """Translation of ``(source, target)`` text pairs: SentencePiece tokenizers trained on the
+    train split (or a pretrained checkpoint's), the train split encoded once into a token
+    store, token-budget buckets, label-smoothed cross-entropy, Adam with warm-up, sacreBLEU of
+    beam-search output (``evaluate`` -> ``{"bleu", "bleu_lowercase"}``)."""
+
+    name = "translation"
+    config_class = TranslationConfig
+    eval_metric = "bleu"
+    config: TranslationConfig
+
+    def __init__(self, config: TranslationConfig, run: RunDir,
+                 log: Callable[[str], None] | None = None):
+        super().__init__(config, run, log)
+        self.pretrained: Any = None
+        self.src_tokenizer: Any = None
+        self.tgt_tokenizer: Any = None
+        self._translators: dict[int, Translator] = {}
+        if config.init_from is None:
+            self.check_max_length()
+
+    def check_max_length(self) -> None:
+        """Refuse a ``--max-length`` above the positions of the preset with its overrides, at
+        start-up (before any data is read)."""
+        config = self.config
+        limit = max_positions(get_model(config.model, **{
+            "src_vocab_size": 8, "tgt_vocab_size": 8, "pad_id": 0, **config.overrides}))
+        if limit is not None and config.max_length > limit:
+            raise ConfigError(
+                f"--max-length {config.max_length} is above the {limit} positions the model "
+                f"accepts (its max_len): pass --max-length {limit} or less, or a model with "
+                "more positions (--model-overrides max_len=...)")
+
+    def read_split(self, split: str) -> Pairs:
+        """The split's ``(source, target)`` pairs; the train split of a named corpus is
+        streamed from its files (``ParallelLines``, every line), the others are read whole."""
+        config = self.config
+        index = self.toy_splits.index(split)
+        if config.dataset == "toy":
+            pairs = toy_translation(split, num_sentences=int(config.toy_sizes[index]),
+                                    seed=config.seed)
+            files = "the generated toy corpus (--toy-sizes)"
+        else:
+            segment = get_dataset_info(config.dataset).splits[split]
+            langs = {"src_lang": config.src_lang, "tgt_lang": config.tgt_lang}
+            if split == "train":
+                files = dataset_files(config.dataset, segment, config.data_dir, **langs)
+                missing = [lang for lang in langs.values() if lang not in files]
+                if missing:
+                    raise ConfigError(f"{config.dataset}: language(s) {missing} not available; "
+                                      f"choose from {sorted(files)}")
+                return ParallelLines(files[config.src_lang], files[config.tgt_lang])
+            data = get_dataset(config.dataset, segment, root=config.data_dir, **langs)
+            pairs = list(data)
+            files = " and ".join(str(getattr(data, a)) for a in ("src_path", "tgt_path")
+                                 if hasattr(data, a)) or f"{config.data_dir}"
+        if not pairs:
+            raise ConfigError(f"the {config.dataset} {split} split is empty: {files} hold no "
+                              "sentence pair with two non-empty sides")
+        if split == "valid" and config.valid_size:
+            pairs = pairs[:config.valid_size]
+        return pairs
+
+    def prepare(self, data: Mapping[str, Any]) -> None:
+        """The tokenizers: a pretrained checkpoint's (``--init-from``), or SentencePiece
+        trained on the train split and cached in the run directory."""
+        config = self.config
+        if config.init_from:
+            self.pretrained = init_from(config.init_from, config.precision,
+                                        config.model_overrides)
+            self.src_tokenizer, self.tgt_tokenizer = self.pretrained[2:]
+            return
+        self.src_tokenizer, self.tgt_tokenizer = tokenizers(
+            self.run, config.joint_spm, data.get("train"), config.spm_vocab_size,
+            seed=config.seed, model_type=config.spm_model_type)
+
+    def make_loader(self, data: Pairs, *, train: bool) -> DataLoader:
+        """Token-budget batches of this process's shard: the train split is encoded once
+        into the run directory's token store; pairs with a side over ``max_length`` are
+        dropped."""
+        config, tgt = self.config, self.tgt_tokenizer
+        if train:
+            samples = trainable(encode_corpus(self.run, data, self.src_tokenizer, tgt,
+                                              num_workers=config.encode_workers),
+                                config.max_length)
+        else:
+            samples = encode_pairs(data, self.src_tokenizer, tgt, config.max_length)
+        return make_loader(
+            samples, parallel.per_process(config.batch_tokens, "--batch-tokens"),
+            pad_id=tgt.pad_id, bos_id=tgt.bos_id, eos_id=tgt.eos_id,
+            num_buckets=config.num_buckets, seed=config.seed, shuffle=train,
+            num_shards=jax.process_count(), shard_id=jax.process_index(),
+            accum_steps=config.accum_steps if train else 1,
+            batch_rows_multiple=self.rows_per_process())
+
+    def rows_per_process(self) -> int:
+        """This process's share of ``--batch-rows-multiple`` (default ``lcm(8, devices)``):
+        global rows ``round_down(budget // length, M)`` equal the processes' rows
+        ``round_down((budget / P) // length, M / P)`` concatenated, so the global batch does
+        not depend on the number of processes."""
+        devices = jax.device_count()
+        multiple = self.config.batch_rows_multiple or math.lcm(8, devices)
+        if multiple % devices:
+            raise ConfigError(f"--batch-rows-multiple {multiple} must be a multiple of the "
+                              f"{devices} devices (so that every device gets equal rows)")
+        return multiple // jax.process_count()
+
+    def build_model(self) -> nn.Module:
+        if self.pretrained is not None:
+            return self.pretrained.model
+        config, src = self.config, self.src_tokenizer
+        return build_model(config.model, src_vocab_size=len(src),
+                           tgt_vocab_size=len(self.tgt_tokenizer), pad_id=src.pad_id,
+                           precision=config.precision, shared_vocab=config.joint_spm,
+                           **config.overrides)
+
+    def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
+        if self.pretrained is not None:
+            return self.pretrained.params
+        return init_params(model, rng)
+
+    def make_loss(self, model: nn.Module) -> LossFn:
+        return make_loss(model, self.config.label_smoothing)
+
+    def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
+                        **step_options: Any) -> CompiledStep:
+        return super().make_train_step(model, tx, accum_steps=self.config.accum_steps,
+                                       **step_options)
+
+    def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
+        config = self.config
+        return optimizer(config.lr, config.warmup_steps, config.clip_norm, config.precision,
+                         schedule=config.lr_schedule, total_steps=total_steps,
+                         decay_fraction=config.decay_fraction, ema_decay=config.ema_decay)
+
+    count_tokens = staticmethod(count_tokens)
+
+    def translator(self, model: nn.Module) -> Translator:
+        """The beam-search ``Translator`` of ``model`` (one per model, so compiled shapes are
+        reused); sources longer than ``max_length`` are truncated."""
+        if id(model) not in self._translators:
+            config = self.config
+            self._translators[id(model)] = Translator(
+                model, self.src_tokenizer, self.tgt_tokenizer, beam_size=config.beam_size,
+                alpha=config.alpha, batch_size=config.decode_batch_size,
+                max_source_length=config.max_length)
+        return self._translators[id(model)]
+
+    def score(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, Any]:
+        """``translate_and_score``: BLEU with signatures and the hypotheses. Every process
+        decodes everything itself, on its own copy of ``params``."""
+        return translate_and_score(self.translator(model), parallel.local_copy(params), data)
+
+    def evaluate(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, float]:
+        scores = self.score(model, params, data)
+        return {"bleu": scores["bleu"], "bleu_lowercase": scores["bleu_lowercase"]}

@@ -6,10 +6,11 @@ decides, every process follows), resume (train state, loop progress and the samp
 position), the stop on a non-finite loss, throughput and compile counting, and a hook for
 per-epoch work (e.g. a learning-rate decay on a validation plateau).
 
-What differs between tasks comes in as arguments: the compiled ``train_step`` (with or
-without a recurrent carry), the loader, ``evaluate(state) -> metrics``, ``to_device`` (the
-global batch of a multi-device run) and ``count_tokens``. Every process must call ``fit`` with
-the same arguments: evaluation, checkpoint saves and the budget decision are collective.
+Its settings are one frozen ``FitConfig`` (each field a recipe flag); what differs between
+tasks comes in as callables: the compiled ``train_step`` (with or without a recurrent carry),
+the loader, ``evaluate(state) -> metrics``, ``to_device`` (the global batch of a multi-device
+run) and ``count_tokens``. Every process must call ``fit`` with the same arguments: evaluation,
+checkpoint saves and the budget decision are collective.
 """
 
 from __future__ import annotations
@@ -28,12 +29,52 @@ import optax
 from tqdm import tqdm
 
 from textkit import parallel
+from textkit.errors import ConfigError
+from textkit.settings import flag
 from textkit.training.checkpoint import CheckpointManager
 
-__all__ = ["FitResult", "Progress", "fit"]
+__all__ = ["FitConfig", "FitResult", "Progress", "fit"]
 
 # consecutive non-finite steps tolerated while a loss scale is in use (each one halves it)
 _MAX_SKIPPED_STEPS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How long ``fit`` trains and how often it logs, evaluates and saves. Each field is the
+    recipe flag of the same name (``max_steps`` is ``--max-steps``)."""
+
+    max_steps: int | None = flag(None, "train this many steps (overrides --epochs)",
+                                 group="training")
+    epochs: int | None = flag(None, "passes over the training data", group="training")
+    time_budget_min: float | None = flag(
+        None, "stop after this many minutes of training (evaluation excluded), then evaluate "
+        "and test as at the end", group="training")
+    log_every: int = flag(20, "steps between progress updates (loss, tokens/s, learning rate; "
+                          "the time budget and non-finite losses are checked there)",
+                          group="training")
+    eval_every: int = flag(0, "steps between evaluations + checkpoints (0: at epoch ends / "
+                           "the end only)", group="evaluation")
+    save_every: int = flag(0, "steps between extra checkpoints without evaluation (0: none)",
+                           group="output")
+    eval_each_epoch: bool = flag(False, "evaluate (and save) after every epoch",
+                                 group="evaluation")
+    resume: bool = flag(False, "continue from the latest checkpoint of the run directory",
+                        group="output")
+    progress: bool = flag(True, "show the progress bar (process 0)", group="output")
+
+    def __post_init__(self):
+        if self.max_steps is None and self.epochs is None:
+            raise ConfigError("give --max-steps or --epochs")
+        for name in ("max_steps", "epochs", "log_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+    @property
+    def by_steps(self) -> bool:
+        """True when ``max_steps`` ends the run (it wins over ``epochs``)."""
+        return self.max_steps is not None
 
 
 @dataclasses.dataclass
@@ -80,17 +121,11 @@ class FitResult:
 class _Loop:
     """The arguments of ``fit`` and the running counters between two log points."""
 
+    config: FitConfig
     train_step: Callable
     loader: Any
-    max_steps: int | None
-    epochs: int | None
     evaluate: Callable[[Any], Mapping[str, Any]] | None
-    eval_every: int
-    save_every: int
-    eval_each_epoch: bool
     checkpoints: CheckpointManager | None
-    time_budget_s: float | None
-    log_every: int
     to_device: Callable[[Any], Any]
     initial_carry: Callable[[], Any] | None
     count_tokens: Callable[[Mapping[str, Any]], Any]
@@ -107,8 +142,22 @@ class _Loop:
     place: Callable[[Any], Any] = lambda state: state
 
     @property
+    def max_steps(self) -> int | None:
+        return self.config.max_steps
+
+    @property
+    def epochs(self) -> int | None:
+        return None if self.config.by_steps else self.config.epochs
+
+    @property
+    def time_budget_s(self) -> float | None:
+        budget = self.config.time_budget_min
+        return None if budget is None else 60.0 * budget
+
+    @property
     def eval_due(self) -> bool:
-        return bool(self.eval_every) and self.progress.step % self.eval_every == 0
+        every = self.config.eval_every
+        return bool(every) and self.progress.step % every == 0
 
     @property
     def done(self) -> bool:
@@ -192,18 +241,11 @@ def fit(
     state: Any,
     train_step: Callable,
     loader: Any,
+    config: FitConfig,
     *,
-    max_steps: int | None = None,
-    epochs: int | None = None,
     evaluate: Callable[[Any], Mapping[str, Any]] | None = None,
-    eval_every: int = 0,
-    save_every: int = 0,
-    eval_each_epoch: bool = False,
     checkpoints: CheckpointManager | None = None,
-    resume: bool = False,
     place: Callable[[Any], Any] = lambda state: state,
-    time_budget_min: float | None = None,
-    log_every: int = 20,
     to_device: Callable[[Any], Any] = lambda batch: batch,
     initial_carry: Callable[[], Any] | None = None,
     count_tokens: Callable[[Mapping[str, Any]], Any] = lambda metrics: metrics["tokens"],
@@ -211,10 +253,10 @@ def fit(
     learning_rate: Callable[[Any], float] | None = None,
     log: Callable[[str], None] | None = None,
     desc: str = "train",
-    show_progress: bool = True,
 ) -> FitResult:
-    """Train ``state`` with ``train_step`` over ``loader`` until ``max_steps`` steps or
-    ``epochs`` epochs (give one), the time budget, or a non-finite loss (``FloatingPointError``).
+    """Train ``state`` with ``train_step`` over ``loader`` as ``config`` says: until
+    ``max_steps`` steps (or ``epochs`` epochs), the time budget, or a non-finite loss
+    (``FloatingPointError``).
 
     ``train_step(state, batch) -> (state, metrics)``, or with ``initial_carry`` (called at the
     start of every epoch) ``train_step(state, batch, carry) -> (state, carry, metrics)``;
@@ -222,32 +264,27 @@ def fit(
     once per epoch, has ``len``, and with ``state_dict``/``load_state_dict`` resumes mid-epoch
     (otherwise a run resumed mid-epoch starts the next epoch).
 
-    ``save_every`` saves a checkpoint (without evaluating) every that many steps, so the last
-    ones can be close together for averaging.
-    ``evaluate(state) -> {name: value}`` runs every ``eval_every`` steps, after each epoch when
-    ``eval_each_epoch``, and at the end; each result is a ``Progress.history`` record (with
-    ``step`` and ``epoch``), then a checkpoint is saved (ranked by the manager's
-    ``best_metric``). ``on_epoch_end(state, record, history) -> state`` runs after an
-    end-of-epoch evaluation (``history``: the earlier records), before the save, and may add
-    entries to ``record``. With ``resume`` the latest
-    checkpoint is restored and passed through ``place`` (device placement).
-    ``time_budget_min`` counts training time only; the budget is checked every ``log_every``
-    steps. ``show_progress`` False hides the bar (process 0 shows it otherwise).
+    ``evaluate(state) -> {name: value}`` runs every ``config.eval_every`` steps, after each
+    epoch when ``config.eval_each_epoch``, and at the end; each result is a
+    ``Progress.history`` record (with ``step`` and ``epoch``), then a checkpoint is saved
+    (ranked by the manager's ``best_metric``); ``config.save_every`` saves without evaluating.
+    ``on_epoch_end(state, record, history) -> state`` runs after an end-of-epoch evaluation
+    (``history``: the earlier records), before the save, and may add entries to ``record``.
+    With ``config.resume`` the latest checkpoint is restored and passed through ``place``
+    (device placement). The time budget counts training time only and is checked every
+    ``config.log_every`` steps. ``learning_rate(state)`` feeds the progress bar; ``log``
+    prints messages (default: process 0, through tqdm); ``desc`` names the bar.
     """
-    if (max_steps is None) == (epochs is None):
-        raise ValueError("give exactly one of max_steps and epochs")
     main = parallel.is_main_process()
-    loop = _Loop(train_step, loader, max_steps, epochs, evaluate, eval_every, save_every,
-                 eval_each_epoch,
-                 checkpoints, None if time_budget_min is None else 60.0 * time_budget_min,
-                 log_every, to_device, initial_carry, count_tokens, on_epoch_end,
-                 learning_rate, log or (lambda message: main and tqdm.write(message)))
+    loop = _Loop(config, train_step, loader, evaluate, checkpoints, to_device, initial_carry,
+                 count_tokens, on_epoch_end, learning_rate,
+                 log or (lambda message: main and tqdm.write(message)))
     loop.place = place
-    if resume and checkpoints is not None and checkpoints.latest_step() is not None:
+    if config.resume and checkpoints is not None and checkpoints.latest_step() is not None:
         state = place(_restore(loop, state))
     state = _plan_schedule(loop, state)
     bar = tqdm(total=loop.total_steps, initial=min(loop.progress.step, loop.total_steps),
-               unit="step", desc=desc, disable=not (main and show_progress),
+               unit="step", desc=desc, disable=not (main and config.progress),
                dynamic_ncols=True)
     loop.restart_clock()
     try:
@@ -258,7 +295,7 @@ def fit(
     if checkpoints is not None:
         checkpoints.wait_until_finished()
     stopped_by = ("time_budget" if loop.out_of_time
-                  else "steps" if max_steps is not None else "epochs")
+                  else "steps" if config.by_steps else "epochs")
     return FitResult(state, loop.progress, stopped_by, getattr(train_step, "num_traces", None))
 
 
@@ -293,19 +330,19 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
             progress.compile_s += time.perf_counter() - loop.segment_start
             loop.compiled = True
             loop.rate_origin = (progress.step, loop.elapsed())
-        if progress.step % loop.log_every == 0 or loop.done:
+        if progress.step % loop.config.log_every == 0 or loop.done:
             _log_point(loop, state, bar)
             state = _plan_schedule(loop, state)
         if loop.done or (loop.eval_due and progress.position < len(loop.loader)):
             state = _evaluate_and_save(loop, state, epoch_end=False)
-        elif loop.save_every and progress.step % loop.save_every == 0:
+        elif loop.config.save_every and progress.step % loop.config.save_every == 0:
             loop.stop_clock(state)   # saving is not training time
             _save(loop, state, {})
             loop.restart_clock()
         if loop.done:
             return state
     progress.epoch, progress.position = progress.epoch + 1, 0
-    if loop.eval_each_epoch or loop.eval_due or loop.done:
+    if loop.config.eval_each_epoch or loop.eval_due or loop.done:
         state = _evaluate_and_save(loop, state, epoch_end=True)
     return state
 

@@ -28,25 +28,25 @@ from tqdm import tqdm
 
 from textkit import parallel
 from textkit._io import write_json_atomic, write_text_atomic
+from textkit.errors import RunDirError
 from textkit.training.checkpoint import CheckpointManager
 
 __all__ = ["RunDir", "launch"]
 
 
-def launch(args: Any, *, check: Iterable[str] | None = None,
-           added: Mapping[str, Any] | None = None,
-           ) -> tuple[RunDir, jax.sharding.Mesh, dict[str, Any]]:
-    """A recipe's start: join the other processes (``args.coordinator``, ``num_processes``,
-    ``process_id``: the first JAX call), build the device mesh, and open ``args.save_dir``
-    (``RunDir.open`` with ``args.resume``, ``check`` and ``added``). Returns ``(run, mesh,
-    config)``; ``config`` is ``vars(args)`` without the launch settings."""
-    parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+def launch(save_dir: str | Path, config: Mapping[str, Any], *, resume: bool,
+           processes: parallel.LaunchConfig | None = None,
+           check: Iterable[str] | None = None, added: Mapping[str, Any] | None = None,
+           ) -> tuple[RunDir, jax.sharding.Mesh]:
+    """A recipe's start: join the other processes (``processes``: the first JAX call), build
+    the device mesh, and open ``save_dir`` for ``config`` (``RunDir.open`` with ``resume``,
+    ``check`` and ``added``). Returns ``(run, mesh)``."""
+    processes = processes or parallel.LaunchConfig()
+    parallel.initialize(processes.coordinator, processes.num_processes, processes.process_id)
     mesh = parallel.make_mesh()
-    run = RunDir(args.save_dir, main_process=parallel.is_main_process())
-    config = {k: v for k, v in vars(args).items()
-              if k not in ("resume", *parallel.LAUNCH_ARGS)}
-    run.open(config, resume=args.resume, check=check, added=added)
-    return run, mesh, config
+    run = RunDir(save_dir, main_process=parallel.is_main_process())
+    run.open(config, resume=resume, check=check, added=added)
+    return run, mesh
 
 
 @dataclasses.dataclass
@@ -85,7 +85,7 @@ class RunDir:
              added: Mapping[str, Any] | None = None) -> None:
         """Check ``root`` can hold this run, then write ``config.json`` once (process 0).
 
-        Refuses (``SystemExit``) a directory whose ``config.json`` differs from ``config`` in
+        Refuses (``RunDirError``) a directory whose ``config.json`` differs from ``config`` in
         a key of ``check`` (default: every key; settings such as a step limit or a time budget
         may change on resume), and, unless ``resume``, one that holds checkpoints or a
         finished run's ``summary.json`` (the message names ``reuse_flag``). ``added``: settings
@@ -98,14 +98,14 @@ class RunDir:
             keys = set(old) | set(config) if check is None else set(check)
             changed = sorted(k for k in keys if old.get(k) != config.get(k))
             if changed:
-                raise SystemExit(f"{self.root} holds a run with different {changed} "
+                raise RunDirError(f"{self.root} holds a run with different {changed} "
                                  f"({[old.get(k) for k in changed]} there, "
                                  f"{[config.get(k) for k in changed]} now); use another "
                                  "--save-dir")
         used = ((self.checkpoints.is_dir() and any(self.checkpoints.iterdir()))
                 or self.summary_path.is_file())
         if used and not resume:
-            raise SystemExit(f"{self.root} already holds a run (checkpoints or summary.json): "
+            raise RunDirError(f"{self.root} already holds a run (checkpoints or summary.json): "
                              f"pass {reuse_flag} to reuse it, or use another --save-dir")
         if self.main_process:
             self.root.mkdir(parents=True, exist_ok=True)

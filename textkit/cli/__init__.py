@@ -1,0 +1,27 @@
+"""Command-line entry points and the flag parsing the recipes share.
+
+``flags``: frozen config dataclasses as command lines (``parse_config``). ``run_main`` runs a
+recipe's ``main`` and turns a ``textkit.TextkitError`` into ``error: <message>`` on stderr and
+exit status 2 (no traceback: the message says what to change).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from textkit.cli.flags import parse_config, parser_for
+from textkit.errors import TextkitError
+from textkit.settings import GROUPS, flag
+
+__all__ = ["GROUPS", "flag", "parse_config", "parser_for", "run_main"]
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Call ``main()``; a ``TextkitError`` exits with status 2 after printing its message."""
+    try:
+        main()
+    except TextkitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
