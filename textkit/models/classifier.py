@@ -25,7 +25,8 @@ initialize params with the matrix from ``TokenEmbedding.for_vocab``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -82,6 +83,8 @@ class TextCNNConfig(_ClassifierConfig):
     max-over-time pooling, dropout, dense to ``num_classes``. Kim's l2 max-norm constraint on
     the output weights is an optimizer link: ``textkit.training.max_norm``."""
 
+    tiny: ClassVar[Mapping[str, Any]] = {"embed_dim": 16, "num_filters": 4}
+
     windows: tuple[int, ...] = (3, 4, 5)
     num_filters: int = 100
     dropout: float = 0.5
@@ -97,6 +100,8 @@ class TextCNNConfig(_ClassifierConfig):
 class RNNClassifierConfig(_ClassifierConfig):
     """LSTM (or BiLSTM) over the embeddings, ``mean`` or ``max`` pooling of the outputs over
     the real tokens, dropout, dense to ``num_classes``. ``hidden_size`` is per direction."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"embed_dim": 16, "hidden_size": 8}
 
     _choices = {**_ClassifierConfig._choices, "pooling": ("mean", "max")}
 

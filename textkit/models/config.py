@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from textkit.precision import Policy
@@ -36,6 +36,10 @@ __all__ = ["ModelConfig", "max_positions", "parse_overrides"]
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Base of the model configs: ``pad_id``, ``policy`` and declared checks (see above)."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {}
+    """Overrides that make any preset of this config class a model of a few thousand
+    parameters (sizes only): for conformance tests and smoke runs."""
 
     _rates: ClassVar[tuple[str, ...]] = ()
     _choices: ClassVar[dict[str, tuple[Any, ...]]] = {}

@@ -34,7 +34,8 @@ learn to use the context), kept for comparison.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -54,6 +55,9 @@ RESIDUAL_FROM_LAYER = 3
 @dataclasses.dataclass(frozen=True)
 class GNMTConfig(ModelConfig):
     """Hyper-parameters of a GNMT model. ``policy`` may be given as a string."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"embed_size": 16, "hidden_size": 16,
+                                         "num_encoder_layers": 2, "num_decoder_layers": 2}
 
     _rates = ("dropout",)
     _choices = {"attention": ATTENTION_KINDS}

@@ -22,7 +22,8 @@ size is the embedding size. All dropout is off when ``deterministic``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -45,6 +46,9 @@ from textkit.models.rnn import LSTM, LSTMState, zero_state
 @dataclasses.dataclass(frozen=True)
 class _RecurrentLMConfig(ModelConfig):
     """The fields both recurrent LM configs share (defaults: ``LSTMLMConfig``'s)."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"embed_size": 16, "hidden_size": 16,
+                                         "num_layers": 1}
 
     vocab_size: int = 10000
     embed_size: int = 200

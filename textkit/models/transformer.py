@@ -21,7 +21,8 @@ dtype with float32 accumulation (see ``textkit.models.layers``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -93,6 +94,9 @@ class TransformerConfig(TransformerStackConfig):
     tied output); ``decoder_start_id`` is the first decoder input when decoding (None: the
     target tokenizer's ``bos_id``; Marian starts with its pad id).
     """
+
+    tiny: ClassVar[Mapping[str, Any]] = {"d_model": 16, "num_heads": 2, "d_ff": 32,
+                                         "num_encoder_layers": 1, "num_decoder_layers": 1}
 
     src_vocab_size: int = 32000
     tgt_vocab_size: int = 32000

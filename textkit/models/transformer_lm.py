@@ -19,7 +19,8 @@ cross-attention; precision follows ``textkit.models.layers``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -45,6 +46,9 @@ Array = jax.Array
 class TransformerLMConfig(TransformerStackConfig):
     """Hyper-parameters of ``TransformerLM`` (frozen, hashable): the stack fields (learned
     positions by default), the vocabulary and the layer count."""
+
+    tiny: ClassVar[Mapping[str, Any]] = {"d_model": 16, "num_heads": 2, "d_ff": 32,
+                                         "num_layers": 1}
 
     positions: str = "learned"
     vocab_size: int = 32000

@@ -80,6 +80,10 @@ class TaskConfig:
     fit: FitConfig = FitConfig(epochs=1)
     launch: LaunchConfig = LaunchConfig()
 
+    tiny: ClassVar[Mapping[str, Any]] = {}
+    """Settings for a run of seconds on the generated toy data (smaller corpus, batches and
+    decoding), beside a model's ``ModelConfig.tiny``: for conformance tests and smoke runs."""
+
     @property
     def overrides(self) -> dict[str, Any]:
         """``model_overrides`` parsed (``textkit.models.parse_overrides``)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -246,6 +246,9 @@ class ClassificationConfig(TaskConfig):
     overwrite: bool = flag(False, "replace the run already in --save-dir (it keeps no "
                            "checkpoints)", group="output")
     fit: FitConfig = FitConfig(epochs=10)
+
+    tiny: ClassVar[Mapping[str, Any]] = {"toy_sentences": 64, "batch_size": 8, "num_buckets": 2,
+                                         "embed_dim": 16}
 
     def __post_init__(self):
         if self.lr is None:

@@ -26,7 +26,7 @@ import math
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -348,6 +348,8 @@ class LanguageModelConfig(TaskConfig):
                             "norm (0: off)", group="training")
     save_dir: str = flag("runs/language_model", "the run directory", group="output")
     fit: FitConfig = FitConfig(epochs=5, eval_each_epoch=True)
+
+    tiny: ClassVar[Mapping[str, Any]] = {"toy_sentences": 100, "batch_size": 4, "bptt": 8}
 
     def __post_init__(self):
         object.__setattr__(self, "eval_bptt", self.eval_bptt or self.bptt)

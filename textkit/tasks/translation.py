@@ -27,7 +27,7 @@ import os
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -474,6 +474,10 @@ class TranslationConfig(TaskConfig):
                              "better (1: none)", group="evaluation")
     save_dir: str = flag("runs/nmt_toy", "the run directory", group="output")
     fit: FitConfig = FitConfig(epochs=8, eval_every=500)
+
+    tiny: ClassVar[Mapping[str, Any]] = {
+        "toy_sizes": (96, 4, 4), "spm_vocab_size": 120, "max_length": 32, "batch_tokens": 256,
+        "num_buckets": 2, "warmup_steps": 1, "beam_size": 1, "decode_batch_size": 4}
 
     def __post_init__(self):
         info = None if self.dataset == "toy" else get_dataset_info(self.dataset)

@@ -10,7 +10,7 @@ import importlib
 import warnings
 
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
-from textkit.training.loop import FitResult, Progress, fit
+from textkit.training.loop import FitConfig, FitResult, Progress, fit
 from textkit.training.losses import cross_entropy, smoothing_entropy
 from textkit.training.metrics import corpus_bleu, perplexity
 from textkit.training.optim import (
@@ -33,7 +33,8 @@ from textkit.training.train_step import (
 )
 
 __all__ = [
-    "CheckpointManager", "CompiledStep", "FitResult", "Progress", "RunDir", "TrainState",
+    "CheckpointManager", "CompiledStep", "FitConfig", "FitResult", "Progress", "RunDir",
+    "TrainState",
     "average_checkpoints", "corpus_bleu", "create_train_state", "cross_entropy", "ema",
     "ema_params_of", "fit", "freeze", "inverse_sqrt_schedule", "launch", "learning_rate_of",
     "make_eval_step", "make_train_step", "max_norm", "perplexity", "scale_by_budget_schedule",
