@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import pytest
 import subprocesses
 
-from textkit.training import CheckpointManager
+from textkit.errors import TextkitError
+from textkit.training import CheckpointManager, RunDir
 from textkit.training.checkpoint import CHECKSUMS, CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +75,7 @@ def test_a_refused_save_is_an_error(tmp_path):
 
 # ------------------------------------------------------------------------------ the recipes
 NMT_FAST = ["--spm-vocab-size", "200", "--batch-tokens", "512", "--batch-rows-multiple", "1",
-            "--num-buckets", "2", "--eval-interval", "0", "--beam-size", "1",
+            "--num-buckets", "2", "--eval-every", "0", "--beam-size", "1",
             "--decode-batch-size", "16", "--warmup-steps", "2", "--max-steps", "2",
             "--model-overrides", "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1"]
 
@@ -95,9 +96,9 @@ def test_lm_recipe_refuses_a_reused_save_dir_without_resume(tmp_path):
             "--data-dir", str(tmp_path / "data"), "--save-dir", str(tmp_path / "run")]
     first = lm.main(args)
     summary = (tmp_path / "run" / "summary.json").read_text()
-    with pytest.raises(SystemExit, match="--resume"):
+    with pytest.raises(TextkitError, match="--resume"):
         lm.main(args)
-    with pytest.raises(SystemExit, match="different"):
+    with pytest.raises(TextkitError, match="different"):
         lm.main([*args, "--seed", "1"])
     assert (tmp_path / "run" / "summary.json").read_text() == summary   # the first run's
     assert first["test_ppl"] > 0
@@ -114,21 +115,25 @@ def test_lm_corpora_refuse_an_empty_split(tmp_path, monkeypatch):
         return paths
 
     monkeypatch.setattr(language_model, "write_toy_lm_corpus", write_with_empty_valid)
+    config = language_model.LanguageModelConfig(data_dir=str(tmp_path))
+    task = language_model.LanguageModelTask(config, RunDir(tmp_path / "run"))
+    task.read_split("train")
     with pytest.raises(ValueError, match="valid.txt: no samples"):
-        language_model.load_corpora("toy", str(tmp_path), log=lambda message: None)
+        task.read_split("valid")
 
 
 def test_sentiment_recipe_refuses_to_overwrite_a_finished_run(tmp_path):
     script = subprocesses.load_script(ROOT / "examples" / "sentiment" / "train.py", "sent_bad")
-    args = ["--toy-sentences", "200", "--epochs", "1", "--embed-dim", "8", "--num-filters", "4",
-            "--optimizer", "adam", "--save-dir", str(tmp_path), "--no-progress"]
+    args = ["--toy-sentences", "200", "--epochs", "1", "--embed-dim", "8",
+            "--model-overrides", "num_filters=4", "--optimizer", "adam", "--save-dir",
+            str(tmp_path), "--no-progress"]
     script.main(args)
-    with pytest.raises(SystemExit, match="--overwrite"):
+    with pytest.raises(TextkitError, match="--overwrite"):
         script.main(args)
     script.main([*args, "--overwrite"])
 
 
 def test_nmt_recipe_refuses_a_max_length_above_the_model_positions(tmp_path):
-    with pytest.raises(SystemExit, match="--max-length 600 is above the 256 positions"):
+    with pytest.raises(TextkitError, match="--max-length 600 is above the 256 positions"):
         nmt_script().main(["--max-length", "600", "--save-dir", str(tmp_path)])
     assert not (tmp_path / "spm.model").exists()

@@ -64,7 +64,7 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
     model, params = tiny_lm
     windows = BPTTBatches(random_stream(3 * 23, seed=2), batch_size=3, seq_len=5,
                           last_batch="keep", pad_id=PAD)      # 22 targets/row: last window padded
-    optimizer = lm.optimizer("sgd", 0.0, clip_norm=5.0)        # lr 0: params stay put
+    optimizer = lm.optimizer("sgd", 0.0, clip_norm=5.0)[0]        # lr 0: params stay put
     state = create_train_state(params, optimizer, jax.random.key(1))
     train_step = lm.make_train_step(model, optimizer, excluded_ids=(PAD,), donate=False)
     carry = model.initial_state(3)
@@ -81,7 +81,7 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
 def test_learning_rate_is_optimizer_state(tiny_lm):
     model, params = tiny_lm
     window = BPTTBatches(random_stream(2 * 9, seed=3), 2, 8, pad_id=PAD)[0]
-    optimizer = lm.optimizer("sgd", 1.0, clip_norm=None)
+    optimizer = lm.optimizer("sgd", 1.0, clip_norm=None)[0]
     state = create_train_state(params, optimizer, jax.random.key(2))
     train_step = lm.make_train_step(model, optimizer, donate=False)
     carry = model.initial_state(2)
@@ -100,7 +100,7 @@ def test_learning_rate_is_optimizer_state(tiny_lm):
     for a, b in zip(jax.tree.leaves(step_full), jax.tree.leaves(step_half)):
         np.testing.assert_allclose(b, 0.5 * a, rtol=1e-4, atol=1e-6)  # f32 rounding
 
-    adam = lm.optimizer("adam", 1e-3, clip_norm=1.0)
+    adam = lm.optimizer("adam", 1e-3, clip_norm=1.0)[0]
     assert learning_rate_of(with_learning_rate(adam.init(params), 2e-4)) == pytest.approx(2e-4)
     with pytest.raises(ValueError, match="learning_rate"):
         learning_rate_of(jax.numpy.zeros(()))

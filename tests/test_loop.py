@@ -12,6 +12,7 @@ import optax
 import pytest
 
 from textkit.data import DataLoader, FixedBucketSampler
+from textkit.errors import TextkitError
 from textkit.precision import dynamic_loss_scale
 from textkit.training import (
     FitConfig,
@@ -124,9 +125,9 @@ def test_run_dir_refuses_reuse_without_resume_and_a_changed_config(tmp_path):
     manager = run.checkpoint_manager()
     fit(state, step, make_loader(), FitConfig(max_steps=2), checkpoints=manager)
     manager.close()
-    with pytest.raises(SystemExit, match="--resume"):
+    with pytest.raises(TextkitError, match="--resume"):
         run.open({"model": "a", "epochs": 1}, resume=False)
-    with pytest.raises(SystemExit, match="different"):
+    with pytest.raises(TextkitError, match="different"):
         run.open({"model": "b", "epochs": 2}, resume=True, check=["model"])
     run.open({"model": "a", "epochs": 2}, resume=True, check=["model"])  # epochs may change
     assert json.loads(run.config_path.read_text())["epochs"] == 1      # written once
@@ -138,10 +139,10 @@ def test_run_dir_resumes_a_run_written_before_a_setting_existed(tmp_path):
     run.open({"model": "a"}, resume=False)                  # written before "accum" existed
     run.open({"model": "a", "accum": 1}, resume=True, check=["model", "accum"],
              added={"accum": 1})
-    with pytest.raises(SystemExit, match="accum"):
+    with pytest.raises(TextkitError, match="accum"):
         run.open({"model": "a", "accum": 2}, resume=True, check=["model", "accum"],
                  added={"accum": 1})
-    with pytest.raises(SystemExit, match="accum"):          # no default given: a change
+    with pytest.raises(TextkitError, match="accum"):          # no default given: a change
         run.open({"model": "a", "accum": 1}, resume=True, check=["model", "accum"])
 
 

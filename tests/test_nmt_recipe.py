@@ -14,6 +14,7 @@ import subprocesses
 
 from textkit.batchify import BatchShape
 from textkit.data import toy_translation
+from textkit.errors import TextkitError
 from textkit.tasks import translation
 from textkit.tasks.translation import Seq2SeqBatchify, bleu_scores, build_model, init_params
 from textkit.training import CheckpointManager
@@ -23,9 +24,9 @@ EXAMPLES = ROOT / "examples" / "nmt"
 TOY = "300,24,24"
 # a small, fast configuration: 2 bucket shapes, a narrow Transformer, beam 2
 FAST = ["--toy-sizes", TOY, "--spm-vocab-size", "200", "--batch-tokens", "512",
-        "--batch-rows-multiple", "1", "--num-buckets", "2", "--eval-interval", "4",
+        "--batch-rows-multiple", "1", "--num-buckets", "2", "--eval-every", "4",
         "--beam-size", "2",
-        "--decode-batch-size", "32", "--warmup-steps", "4", "--log-interval", "2",
+        "--decode-batch-size", "32", "--warmup-steps", "4", "--log-every", "2",
         "--model-overrides", "d_model=32,d_ff=64,num_encoder_layers=1,num_decoder_layers=1"]
 
 
@@ -123,7 +124,7 @@ def test_time_budget_stops_training_and_still_tests(runs):
 
 @pytest.mark.slow
 def test_resume_with_gradient_accumulation_equals_uninterrupted_run(runs, tmp_path):
-    train, accum = runs["train"], ["--accum-steps", "2", "--max-steps", "6", "--eval-interval",
+    train, accum = runs["train"], ["--accum-steps", "2", "--max-steps", "6", "--eval-every",
                                    "3", "--average-last", "1"]
     whole = train.main([*FAST, *accum, "--save-dir", str(tmp_path / "whole")])
     train.main([*FAST, *accum, "--time-budget-min", "1e-6", "--save-dir", str(tmp_path / "cut")])
@@ -136,7 +137,7 @@ def test_resume_with_gradient_accumulation_equals_uninterrupted_run(runs, tmp_pa
                     jax.tree_util.tree_leaves(resumed_state["params"])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=0)
     assert resumed["test_bleu"] == pytest.approx(whole["test_bleu"], abs=1e-6)
-    with pytest.raises(SystemExit, match="accum_steps"):
+    with pytest.raises(TextkitError, match="accum_steps"):
         train.main([*FAST, "--accum-steps", "3", "--max-steps", "8", "--resume",
                     "--save-dir", str(tmp_path / "cut")])
 
@@ -160,10 +161,10 @@ def test_resume_equals_uninterrupted_run(runs):
 
 @pytest.mark.slow
 def test_fresh_run_refuses_a_used_save_dir(runs):
-    with pytest.raises(SystemExit, match="--resume"):
+    with pytest.raises(TextkitError, match="--resume"):
         runs["train"].main([*FAST, "--max-steps", "2", "--save-dir",
                             str(runs["root"] / "whole")])
-    with pytest.raises(SystemExit, match="different"):
+    with pytest.raises(TextkitError, match="different"):
         runs["train"].main([*FAST, "--max-steps", "2", "--seed", "1", "--resume",
                             "--save-dir", str(runs["root"] / "whole")])
 
@@ -223,7 +224,7 @@ def test_translate_int8_and_the_decode_benchmark_on_a_trained_run(runs, tmp_path
 @pytest.mark.slow
 def test_budget_schedule_ema_and_save_interval(tmp_path):
     summary = load_script("train").main([
-        *FAST, "--max-steps", "6", "--eval-interval", "3", "--save-interval", "2",
+        *FAST, "--max-steps", "6", "--eval-every", "3", "--save-every", "2",
         "--lr-schedule", "budget", "--ema-decay", "0.9", "--average-last", "3",
         "--save-dir", str(tmp_path)])
     state, extra = restore_latest(tmp_path)

@@ -28,8 +28,8 @@ TOLERANCE = 1e-5
 NMT = [str(ROOT / "examples" / "nmt" / "train.py"),
        "--toy-sizes", "200,8,8", "--spm-vocab-size", "200", "--batch-tokens", "512",
        "--batch-rows-multiple", "2", "--num-buckets", "1", "--max-steps", "3",
-       "--eval-interval", "0", "--beam-size", "1", "--decode-batch-size", "8",
-       "--warmup-steps", "2", "--log-interval", "1",
+       "--eval-every", "0", "--beam-size", "1", "--decode-batch-size", "8",
+       "--warmup-steps", "2", "--log-every", "1",
        # a budget never reached: every logged step still asks process 0 whether to stop
        "--time-budget-min", "1000",
        "--model-overrides",
@@ -181,7 +181,7 @@ def test_lm_step_keeps_the_recurrent_state_split_over_data():
 
     model = get_model("lstm_lm_tiny", vocab_size=20, pad_id=1)
     tokens = np.full((2, 4), 3, np.int32)
-    optimizer = lm.optimizer("sgd", 0.1)
+    optimizer = lm.optimizer("sgd", 0.1)[0]
     mesh = parallel.make_mesh()
     state = parallel.replicate(create_train_state(
         model.init(jax.random.key(0), tokens)["params"], optimizer, jax.random.key(1)), mesh)

@@ -185,7 +185,7 @@ def test_fine_tune_from_pretrained(tmp_path):
         sys.path.pop(0)
     summary = train.main([
         "--init-from", str(FIXTURES / "tiny_marian"), "--max-steps", "4",
-        "--toy-sizes", "120,8,8", "--eval-interval", "0", "--max-length", "60",
+        "--toy-sizes", "120,8,8", "--eval-every", "0", "--max-length", "60",
         "--batch-tokens", "1024", "--decode-batch-size", "8", "--lr", "1e-3",
         "--save-dir", str(tmp_path / "run")])
     assert summary["steps"] == 4

@@ -14,8 +14,8 @@ from textkit.models.classifier import TextCNN, TextCNNConfig, init_classifier
 from textkit.tasks.classification import (
     ClassificationBatchify,
     FoldResult,
+    accuracy,
     cross_validate,
-    evaluate,
     make_loader,
     make_loss,
 )
@@ -57,7 +57,7 @@ def test_evaluation_counts_every_sample_once_and_ignores_dummy_rows():
     loader = make_loader(samples, PAD, 5, [4, 11], shuffle=False)
     shapes = {tuple(b["tokens"].shape) for b in loader}
     assert shapes <= {(5, 4), (5, 11)}
-    result = evaluate(eval_step, params, loader)
+    result = accuracy(eval_step, params, loader)
     assert result["count"] == 23
     # reference: all samples in one batch padded to the longest (no dummy rows, no buckets)
     tokens = np.full((len(samples), 11), PAD, np.int32)
@@ -100,7 +100,8 @@ def test_cross_validate_runs_disjoint_covering_folds():
 def test_toy_run_learns_and_writes_summary(tmp_path):
     script = load_script()
     summary = script.main(["--toy-sentences", "1200", "--epochs", "5", "--embed-dim", "32",
-                           "--num-filters", "32", "--optimizer", "adam", "--lr", "1e-2",
+                           "--model-overrides", "num_filters=32", "--optimizer", "adam",
+                           "--lr", "1e-2",
                            "--batch-size", "32", "--num-buckets", "2", "--save-dir", str(tmp_path),
                            "--no-progress"])
     written = json.loads((tmp_path / "summary.json").read_text())
@@ -115,7 +116,8 @@ def test_toy_run_learns_and_writes_summary(tmp_path):
     assert written["num_compiles"] == len(written["bucket_keys"])
 
 
-@pytest.mark.parametrize("mode,model", [("static", "textcnn"), ("multichannel", "bilstm")])
+@pytest.mark.parametrize("mode,model", [("static", "textcnn"),
+                                        ("multichannel", "bilstm_classifier")])
 def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
     vectors = VECTORS / "pang_lee_polarity_fasttext.vec"
     if not vectors.exists():
@@ -123,7 +125,9 @@ def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
     script = load_script()
     summary = script.main(["--toy-sentences", "400", "--epochs", "2", "--mode", mode,
                            "--model", model, "--embedding-path", str(vectors),
-                           "--num-filters", "16", "--hidden-size", "16", "--optimizer", "adam",
+                           "--model-overrides",
+                           "num_filters=16" if model == "textcnn" else "hidden_size=16",
+                           "--optimizer", "adam",
                            "--batch-size", "32", "--num-buckets", "2", "--save-dir", str(tmp_path),
                            "--no-progress"])
     coverage = summary["embedding_coverage"]
@@ -137,6 +141,6 @@ def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
 def test_pretrained_mode_needs_vectors():
     script = load_script()
     with pytest.raises(SystemExit):
-        script.parse_args(["--mode", "static"])
+        script.main(["--mode", "static"])
     with pytest.raises(SystemExit):
-        script.parse_args(["--embedding-path", "x.vec"])   # rand takes none
+        script.main(["--embedding-path", "x.vec"])   # rand takes none

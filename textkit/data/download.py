@@ -24,6 +24,7 @@ from typing import IO, Any
 from tqdm.auto import tqdm
 
 from textkit._io import atomic_path, scratch_dir
+from textkit.errors import TextkitError
 
 __all__ = [
     "ChecksumError",
@@ -43,17 +44,17 @@ _CHUNK = 1 << 20
 _HASHES = ("sha256", "sha1", "md5")
 
 
-class ChecksumError(ValueError):
+class ChecksumError(TextkitError, ValueError):
     """A file's checksum differs from the expected one; the message names the file (or url),
     both digests and what to do. A file that was already there is never modified or deleted."""
 
 
-class UnsafeArchiveError(ValueError):
+class UnsafeArchiveError(TextkitError, ValueError):
     """An archive member with an absolute name, a ``..`` part, or a link or device; the message
     names the archive and the member. Nothing is extracted."""
 
 
-class OfflineError(OSError):
+class OfflineError(TextkitError, OSError):
     """A needed file is absent and could not be downloaded; names the files and their folder."""
 
     def __init__(self, files: Sequence[str | os.PathLike], folder: str | os.PathLike,

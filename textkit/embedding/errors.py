@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from textkit.errors import TextkitError
 
-class EmbeddingFormatError(ValueError):
+
+class EmbeddingFormatError(TextkitError, ValueError):
     """A vector file is malformed; the message names the file, the line (or row) and the problem."""
 
     def __init__(self, path: str | os.PathLike, where: str, problem: str):

@@ -31,6 +31,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from textkit._io import write_json_atomic as _write_json
+from textkit.errors import TextkitError
 
 
 def _json_default(value: Any) -> Any:
@@ -52,7 +53,7 @@ def _to_json_tree(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
 CHECKSUMS = "textkit_checksums.json"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(TextkitError, RuntimeError):
     """A checkpoint that cannot be saved or trusted: a refused save, a damaged or missing file."""
 
 
