@@ -13,9 +13,11 @@ _SUBMODULES = (
     "data",
     "decoding",
     "embedding",
+    "errors",
     "models",
     "parallel",
     "precision",
+    "tasks",
     "training",
     "vocab",
 )

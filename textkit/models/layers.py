@@ -1,7 +1,6 @@
 """Policy-aware building blocks shared by the textkit models: the one source of ``Dense``,
 ``Embed``, ``Dropout`` / ``dropout``, ``log_softmax``, ``LayerNorm``, positions, initialisers
-(``uniform_init``) and the LSTM layers (``LSTM``, ``BidirectionalLSTM``: defined in ``rnn.py``,
-importable from here).
+(``uniform_init``); the LSTM layers (``LSTM``, ``BidirectionalLSTM``) are in ``rnn.py``.
 
 Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; every matmul casts
 both operands to ``policy.compute_dtype`` and accumulates into a float32 result
@@ -398,12 +397,3 @@ class FeedForward(nn.Module):
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], policy=self.policy, name="wo")(h)
 
-
-def __getattr__(name: str) -> Any:
-    # The LSTM layers live in rnn.py (which needs mixed_einsum from here): re-exported lazily,
-    # so that ``from textkit.models.layers import LSTM`` works without an import cycle.
-    if name in ("LSTM", "BidirectionalLSTM", "LSTMState", "zero_state", "reverse_padded"):
-        from textkit.models import rnn
-
-        return getattr(rnn, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
