@@ -11,7 +11,8 @@ hypothesis (EOS suppressed through ``min_length``):
   with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
 Modes: ``beam4`` and ``greedy`` (float32) and ``beam4_int8`` (textkit with int8 weights,
-``textkit.models.quantize``; its ratio is against HF's float32 beam 4, the only HF mode).
+``textkit.models.kernels.quantize_int8``; its ratio is against HF's float32 beam 4, the only HF
+mode).
 Encoding, cache set-up and the search loop run as one jit-compiled program per mode; compile time
 is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
 given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
@@ -127,7 +128,7 @@ def mode_params(case: Case, mode: str) -> Any:
     if not mode.endswith("_int8"):
         return case.params
     if not hasattr(case, "int8_params"):
-        from textkit.models.quantize import quantize_int8  # (lazy: profiles of older builds)
+        from textkit.models.kernels import quantize_int8  # (lazy: profiles of older builds)
 
         case.int8_params = quantize_int8(case.model, case.params)
     return case.int8_params

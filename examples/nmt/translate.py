@@ -17,7 +17,7 @@ max_new_tokens, i.e. max_length - 1)::
     python examples/nmt/translate.py --pretrained opus-mt-en-de < sentences.txt
     python examples/nmt/translate.py --pretrained opus-mt-en-de --beam-size 1
 
---quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.quantize``).
+--quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.kernels.quantize_int8``).
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming

@@ -9,9 +9,9 @@ set-up and beam search run as one compiled program per (rows, source length, out
 shape, so a whole test set compiles a handful of programs. Results come back in input order,
 detokenized by the target tokenizer.
 
-``quantize="int8"`` decodes with int8 weights (``textkit.models.quantize``; CPU inference): the
-parameters given to ``translate`` are quantized once and kept for the next call with the same
-parameters object.
+``quantize="int8"`` decodes with int8 weights (``textkit.models.kernels.quantize_int8``; CPU
+inference): the parameters given to ``translate`` are quantized once and kept for the next call
+with the same parameters object.
 
 What the model accepts is read from its config where it says (``max_positions``,
 ``input_vocab_size``): a source id outside the source vocabulary is a ``ValueError`` naming
@@ -275,7 +275,7 @@ class Translator:
         if self.quantize is None:
             return params
         if self._quantized is None or self._quantized[0] is not params:
-            from textkit.models.quantize import quantize_int8
+            from textkit.models.kernels import quantize_int8
 
             self._quantized = (params, quantize_int8(self.model, params))
         return self._quantized[1]
