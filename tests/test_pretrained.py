@@ -87,7 +87,7 @@ def test_outputs_match_generate(loaded, run, options):
 def test_generation_options_map_the_config():
     options = generation_options(FIXTURES / "tiny_marian")
     pad = json.loads((FIXTURES / "tiny_marian" / "config.json").read_text())["pad_token_id"]
-    assert options == {"beam_size": 4, "alpha": 1.0, "k": 0.0, "max_length": 23,
+    assert options == {"beam_size": 4, "alpha": 1.0, "length_offset": 0.0, "max_length": 23,
                        "banned_ids": (pad,), "hf_compatible": True, "forced_eos": True}
 
 

@@ -24,8 +24,8 @@ Pretrained checkpoints (``Translator.from_pretrained``, Marian / OPUS-MT) are se
 Hugging Face ``generate`` searches them: ``banned_ids`` (``bad_words_ids``: log-probs set to
 -inf, not renormalised), ``forced_eos`` (the token at the output cap is EOS) and
 ``hf_compatible`` (beam size 1 is greedy search; beam search finishes hypotheses and stops rows
-as transformers does, see ``beam_search``), with ``k=0`` so that the length penalty is
-``n ** alpha`` (transformers' ``length_penalty``) rather than GNMT's ``((5 + n) / 6) ** alpha``.
+as transformers does, see ``beam_search``), with ``length_offset=0`` so that the length penalty
+is ``n ** alpha`` (transformers' ``length_penalty``) rather than GNMT's ``((5 + n) / 6) ** alpha``.
 The first decoder input is the model config's ``decoder_start_id`` when it has one (Marian:
 the pad id), else the target tokenizer's ``bos_id``.
 """
@@ -87,7 +87,8 @@ def default_max_length(src_length: int) -> int:
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
     "forced_eos", "hf_compatible"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
-                      caps: jax.Array, alpha: jax.Array, k: jax.Array, *, max_length: int,
+                      caps: jax.Array, alpha: jax.Array, length_offset: jax.Array, *,
+                      max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
                       pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
                       hf_compatible: bool = False) -> DecodeOutput:
@@ -107,7 +108,8 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
         return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
                              max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos)
     return beam_search(step, params, cache, bos_id, beam_size=beam_size,
-                       max_length=max_length, eos_id=eos_id, alpha=alpha, k=k, n_best=n_best,
+                       max_length=max_length, eos_id=eos_id, alpha=alpha,
+                       length_offset=length_offset, n_best=n_best,
                        max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos,
                        hf_finish=hf_compatible)
 
@@ -124,7 +126,8 @@ class Translator:
       src_tokenizer / tgt_tokenizer: ``encode(list[str]) -> list[list[int]]`` and
         ``decode(list[list[int]]) -> list[str]`` (``SentencePieceTokenizer``); the target one
         provides ``bos_id`` / ``eos_id`` / ``pad_id``, the source one ``pad_id``.
-      beam_size, alpha, k: beam search options (GNMT length penalty).
+      beam_size, alpha, length_offset: beam search options (GNMT length penalty
+        ``((length_offset + n) / (length_offset + 1)) ** alpha``).
       max_length: cap on output tokens (EOS included): an int, or a function of the source
         length; the static output size of a batch is that function of its padded length.
       batch_size: most sentences per batch.
@@ -144,7 +147,7 @@ class Translator:
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
                  tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6,
-                 k: float = 5.0, max_length: MaxLength = default_max_length,
+                 length_offset: float = 5.0, max_length: MaxLength = default_max_length,
                  batch_size: int = 32, batch_tokens: int | None = None,
                  bucket_round_to: int = 8,
                  src_append_eos: bool = False, on_long_source: str = "truncate",
@@ -176,7 +179,7 @@ class Translator:
                              f"source token")
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.beam_size, self.alpha, self.k = beam_size, alpha, k
+        self.beam_size, self.alpha, self.length_offset = beam_size, alpha, length_offset
         self.max_length = max_length
         self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
         self.batch_tokens = batch_tokens
@@ -203,8 +206,8 @@ class Translator:
         """``(translator, params)`` for a Marian / OPUS-MT checkpoint directory
         (``textkit.models.load_pretrained``): sources get EOS appended, the search follows
         ``generation_config.json`` (``textkit.models.generation_options``: beam size, length
-        penalty in transformers' form ``n ** alpha`` via ``k=0``, ``max_length`` - 1 output
-        tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override
+        penalty in transformers' form ``n ** alpha`` via ``length_offset=0``, ``max_length`` - 1
+        output tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override
         any ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
         from textkit.models import generation_options, load_pretrained
 
@@ -336,7 +339,7 @@ class Translator:
         self.compiled_shapes.add((len(group), src_length, max_length))
         out = encode_and_search(
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
-            jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,
+            jnp.float32(self.alpha), jnp.float32(self.length_offset), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
             hf_compatible=self.hf_compatible)

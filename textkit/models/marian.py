@@ -470,7 +470,7 @@ def generation_options(path: str | os.PathLike) -> dict[str, Any]:
     """``Translator`` options from a checkpoint's ``generation_config.json`` (else the
     generation keys of ``config.json``, else transformers' defaults).
 
-    Maps ``num_beams`` -> ``beam_size``, ``length_penalty`` -> ``alpha`` with ``k=0``
+    Maps ``num_beams`` -> ``beam_size``, ``length_penalty`` -> ``alpha`` with ``length_offset=0``
     (transformers' ``n ** alpha``), ``max_length`` (start token included) -> ``max_length - 1``
     output tokens, single-token ``bad_words_ids`` -> ``banned_ids``, ``forced_eos_token_id`` ->
     ``forced_eos``, and ``hf_compatible=True``. Options with no textkit counterpart at a
@@ -484,7 +484,7 @@ def generation_options(path: str | os.PathLike) -> dict[str, Any]:
     eos = eos[0] if isinstance(eos, list) else eos
     banned = [ids[0] for ids in gen.get("bad_words_ids") or [] if len(ids) == 1]
     options = {"beam_size": int(gen.get("num_beams") or 1),
-               "alpha": float(gen.get("length_penalty", 1.0)), "k": 0.0,
+               "alpha": float(gen.get("length_penalty", 1.0)), "length_offset": 0.0,
                "max_length": max(1, int(gen.get("max_length") or 20) - 1),
                "banned_ids": tuple(banned), "hf_compatible": True,
                "forced_eos": gen.get("forced_eos_token_id") is not None
