@@ -7,8 +7,8 @@ hypothesis (EOS suppressed through ``min_length``):
   32,000 vocabulary, random init); HF: a random ``MarianMTModel`` of the same size.
 - ``marian``: a checkpoint of OPUS-MT en-de's architecture (post-norm, swish, scaled embeddings,
   Marian's sinusoidal positions, ``final_logits_bias``, 58,101-entry vocabulary; random weights)
-  written by ``textkit.models.save_pretrained``; textkit reads it with ``load_pretrained`` and HF
-  with ``MarianMTModel.from_pretrained``: the same weights on both sides.
+  written by ``textkit.pretrained.save_pretrained``; textkit reads it with ``load_pretrained``
+  and HF with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
 Modes: ``beam4`` and ``greedy`` (float32) and ``beam4_int8`` (textkit with int8 weights,
 ``textkit.models.kernels.quantize_int8``; its ratio is against HF's float32 beam 4, the only HF
@@ -52,10 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 from cpu_info import cpu_info
 
-from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.decoding import beam_search, greedy_search, model_step_fn
-from textkit.models import Transformer, get_model, load_pretrained, save_pretrained
-from textkit.models.marian import marian_config
+from textkit.models import Transformer, get_model
+from textkit.pretrained import MarianTokenizer, load_pretrained, save_pretrained
+from textkit.pretrained.marian import marian_config
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
 MODES = ("beam4", "greedy", "beam4_int8")

@@ -17,6 +17,7 @@ _SUBMODULES = (
     "models",
     "parallel",
     "precision",
+    "pretrained",
     "tasks",
     "training",
     "vocab",

@@ -34,7 +34,7 @@ from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
 from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.models import PretrainedError
+from textkit.pretrained import PretrainedError, load_translator
 from textkit.tasks import translation
 
 
@@ -81,7 +81,7 @@ def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
     try:
-        translator, params = Translator.from_pretrained(
+        translator, params = load_translator(
             args.pretrained, on_long_source=args.on_long_source, **options)
     except PretrainedError as err:
         raise SystemExit(f"--pretrained: {err}") from None

@@ -20,7 +20,7 @@ for models without a limit) is truncated to it with one ``LongSourceWarning`` na
 (``on_long_source="truncate"``, the default) or refused with a ``ValueError`` naming the first
 such line (``"error"``); output caps never exceed ``max_positions`` either.
 
-Pretrained checkpoints (``Translator.from_pretrained``, Marian / OPUS-MT) are searched as
+Pretrained checkpoints (``textkit.pretrained.load_translator``, Marian / OPUS-MT) are searched as
 Hugging Face ``generate`` searches them: ``banned_ids`` (``bad_words_ids``: log-probs set to
 -inf, not renormalised), ``forced_eos`` (the token at the output cap is EOS) and
 ``hf_compatible`` (beam size 1 is greedy search; beam search finishes hypotheses and stops rows
@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -199,21 +198,6 @@ class Translator:
                              f"pad_id is {self.src_pad_id}")
         self.compiled_shapes: set[tuple[int, int, int]] = set()
         """(rows, source length, output length) of every batch shape run so far."""
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike,
-                        **options: Any) -> tuple[Translator, PyTree]:
-        """``(translator, params)`` for a Marian / OPUS-MT checkpoint directory
-        (``textkit.models.load_pretrained``): sources get EOS appended, the search follows
-        ``generation_config.json`` (``textkit.models.generation_options``: beam size, length
-        penalty in transformers' form ``n ** alpha`` via ``length_offset=0``, ``max_length`` - 1
-        output tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override
-        any ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
-        from textkit.models import generation_options, load_pretrained
-
-        model, params, src_tok, tgt_tok = load_pretrained(path)
-        settings = {**generation_options(path), "src_append_eos": False, **options}
-        return cls(model, src_tok, tgt_tok, **settings), params
 
     def translate(self, params: PyTree, texts: Sequence[str], *,
                   progress: bool = False) -> list[str]:

@@ -9,27 +9,13 @@ from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCN
 from textkit.models.config import ModelConfig, max_positions, parse_overrides
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
-from textkit.models.marian import (
-    MissingFileError,
-    NotMarianCheckpointError,
-    Pretrained,
-    PretrainedError,
-    UnsupportedArchitectureError,
-    VocabSizeMismatchError,
-    generation_options,
-    load_pretrained,
-    save_pretrained,
-)
 from textkit.models.registry import get_model, list_models, register_model, register_preset
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
     "AWDLSTMLM", "AWDLSTMLMConfig", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
-    "MissingFileError", "ModelConfig", "NotMarianCheckpointError", "Pretrained",
-    "PretrainedError", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
-    "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig",
-    "UnsupportedArchitectureError", "VocabSizeMismatchError", "generation_options", "get_model",
-    "list_models", "load_pretrained", "max_positions", "parse_overrides", "register_model",
-    "register_preset", "save_pretrained",
+    "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
+    "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "get_model",
+    "list_models", "max_positions", "parse_overrides", "register_model", "register_preset",
 ]
