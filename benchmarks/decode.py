@@ -7,11 +7,12 @@ hypothesis (EOS suppressed through ``min_length``):
   32,000 vocabulary, random init); HF: a random ``MarianMTModel`` of the same size.
 - ``marian``: a checkpoint of OPUS-MT en-de's architecture (post-norm, swish, scaled embeddings,
   Marian's sinusoidal positions, ``final_logits_bias``, 58,101-entry vocabulary; random weights)
-  written by ``textkit.models.save_pretrained``; textkit reads it with ``load_pretrained`` and HF
-  with ``MarianMTModel.from_pretrained``: the same weights on both sides.
+  written by ``textkit.pretrained.save_pretrained``; textkit reads it with ``load_pretrained``
+  and HF with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
 Modes: ``beam4`` and ``greedy`` (float32) and ``beam4_int8`` (textkit with int8 weights,
-``textkit.models.quantize``; its ratio is against HF's float32 beam 4, the only HF mode).
+``textkit.models.kernels.quantize_int8``; its ratio is against HF's float32 beam 4, the only HF
+mode).
 Encoding, cache set-up and the search loop run as one jit-compiled program per mode; compile time
 is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
 given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
@@ -51,10 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 from cpu_info import cpu_info
 
-from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.decoding import beam_search, greedy_search, model_step_fn
-from textkit.models import Transformer, get_model, load_pretrained, save_pretrained
-from textkit.models.marian import marian_config
+from textkit.models import Transformer, get_model
+from textkit.pretrained import MarianTokenizer, load_pretrained, save_pretrained
+from textkit.pretrained.marian import marian_config
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
 MODES = ("beam4", "greedy", "beam4_int8")
@@ -127,7 +128,7 @@ def mode_params(case: Case, mode: str) -> Any:
     if not mode.endswith("_int8"):
         return case.params
     if not hasattr(case, "int8_params"):
-        from textkit.models.quantize import quantize_int8  # (lazy: profiles of older builds)
+        from textkit.models.kernels import quantize_int8  # (lazy: profiles of older builds)
 
         case.int8_params = quantize_int8(case.model, case.params)
     return case.int8_params

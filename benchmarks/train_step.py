@@ -12,7 +12,7 @@ dots: float32 x float32 for ``float32``; for ``bfloat16`` the faster of bfloat16
 float32 and float32 (XLA:CPU without bf16 dot instructions runs the former slower than the
 latter, and textkit then multiplies the bfloat16-rounded operands in float32; with
 ``avx512_bf16`` or ``amx_bf16`` it uses the native dot: see
-``textkit.models.layers.native_low_precision_dots``).
+``textkit.models.kernels.native_low_precision_dots``).
 
     python benchmarks/train_step.py            # small and base, float32 and bfloat16
     python benchmarks/train_step.py --quick    # small only, few steps: a smoke run

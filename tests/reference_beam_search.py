@@ -55,7 +55,7 @@ def _reorder_cache(new_cache: PyTree, old_cache: PyTree, flat_parent: jax.Array)
 
 def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                 beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
-                k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
+                length_offset: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
                 pad_id: int = 0, min_length: int = 0, forced_eos: bool = False,
                 hf_finish: bool = False) -> DecodeOutput:
     """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
@@ -69,7 +69,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       beam_size: K alive and K finished hypotheses per row.
       max_length: L, static size of the token axis and the global cap on generated tokens.
       eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
-      alpha, k: GNMT length penalty ``((k + n) / (k + 1)) ** alpha``.
+      alpha, length_offset: GNMT length penalty
+        ``((length_offset + n) / (length_offset + 1)) ** alpha``.
       n_best: hypotheses returned per row (<= beam_size).
       Ids (``eos_id``, ``pad_id``, start tokens) must lie in the vocabulary and
       ``max_length`` >= 1, else ``ValueError`` (``contract.check_decoding``).
@@ -79,7 +80,7 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
 
     Only ``step_fn``, the shapes and the integer/flag options (beam_size, max_length, eos_id,
     n_best, pad_id, forced_eos, hf_finish) select a compiled program; new values of the arrays,
-    ``alpha``, ``k``, ``min_length`` or ``max_lengths`` reuse it.
+    ``alpha``, ``length_offset``, ``min_length`` or ``max_lengths`` reuse it.
 
     Returns:
       DecodeOutput(tokens int32[B, n_best, L], scores float32[B, n_best], lengths int32[B, n_best]).
@@ -94,7 +95,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
                    eos_id=eos_id, pad_id=pad_id)
     return _beam_search(
         step_fn, params, cache, start,
-        length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
+        length_caps(max_lengths, max_length, batch), jnp.float32(alpha),
+        jnp.float32(length_offset),
         jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
         n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish)
 
@@ -123,7 +125,8 @@ def _top_k_only(top_logp: jax.Array, eos_logp: jax.Array,
     "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
     "hf_finish"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
-                 alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
+                 alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
+                 beam_size: int,
                  max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
                  hf_finish: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]."""
@@ -131,12 +134,12 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     beams = beam_size
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
     # Largest length penalty any still-alive hypothesis of a row can end with.
-    lp_cap = length_penalty(caps, alpha, k)                                     # [B]
+    lp_cap = length_penalty(caps, alpha, length_offset)  # [B]
 
     def expand(state: _BeamState) -> _BeamState:
         step = state.step
         new_length = step + 1                                                   # []
-        lp_now = length_penalty(new_length, alpha, k)                           # []
+        lp_now = length_penalty(new_length, alpha, length_offset)  # []
         log_probs, new_cache = step_fn(
             params, state.cache, state.last_tokens.reshape(batch * beams))      # [B*K, V]
         vocab = log_probs.shape[-1]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textkit.models import layers
+from textkit.models import kernels
 from textkit.models.attention import (
     MultiHeadAttention,
     causal_mask,
@@ -15,14 +15,15 @@ from textkit.models.attention import (
     padding_mask,
     position_mask,
 )
-from textkit.models.layers import Dense, Dropout, dropout, mixed_einsum, sinusoidal_positions
+from textkit.models.kernels import mixed_einsum
+from textkit.models.layers import Dense, Dropout, dropout, sinusoidal_positions
 from textkit.precision import Policy
 
 
 def dot_generals(fn, *args, native=True):
     """All dot_general equations in the (nested) jaxpr of ``fn(*args)``, traced with native
     low-precision dots (as on an accelerator) unless ``native`` is False (the rounded float32
-    way); ``native=None`` leaves ``layers.native_low_precision_dots`` as it is."""
+    way); ``native=None`` leaves ``kernels.native_low_precision_dots`` as it is."""
     found = []
 
     def visit(jaxpr):
@@ -39,7 +40,7 @@ def dot_generals(fn, *args, native=True):
     if native is None:
         visit(jax.make_jaxpr(fn)(*args).jaxpr)
         return found
-    with mock.patch.object(layers, "native_low_precision_dots", lambda dtype: native):
+    with mock.patch.object(kernels, "native_low_precision_dots", lambda dtype: native):
         visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
 
@@ -137,7 +138,7 @@ def test_emulated_low_precision_dots_multiply_rounded_operands_in_float32(comput
     dots = dot_generals(jax.grad(loss, argnums=(0, 1)), x, w, native=False)
     assert len(dots) == 3
     assert all([a.aval.dtype for a in eqn.invars] == [jnp.float32] * 2 for eqn in dots)
-    with mock.patch.object(layers, "native_low_precision_dots", lambda dtype: False):
+    with mock.patch.object(kernels, "native_low_precision_dots", lambda dtype: False):
         got = np.asarray(mixed_einsum("nd,df->nf", x, w, compute))
     rounded = [np.asarray(a.astype(compute), np.float64) for a in (x, w)]
     np.testing.assert_allclose(got, rounded[0] @ rounded[1], rtol=1e-5, atol=1e-5)

@@ -89,10 +89,10 @@ def test_small_beam_output_is_consistent():
 
 def test_length_penalty_formula():
     assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
-    assert float(length_penalty(7, 0.6, k=5.0)) == pytest.approx((12 / 6) ** 0.6)
-    assert float(length_penalty(10, 1.0, k=0.0)) == pytest.approx(10.0)
+    assert float(length_penalty(7, 0.6, length_offset=5.0)) == pytest.approx((12 / 6) ** 0.6)
+    assert float(length_penalty(10, 1.0, length_offset=0.0)) == pytest.approx(10.0)
     assert float(length_penalty(9, 0.0)) == 1.0
-    np.testing.assert_allclose(length_penalty(jnp.arange(1, 4), 0.5, k=2.0),
+    np.testing.assert_allclose(length_penalty(jnp.arange(1, 4), 0.5, length_offset=2.0),
                                np.sqrt((2.0 + np.arange(1, 4)) / 3.0), rtol=1e-6)
 
 

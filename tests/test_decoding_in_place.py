@@ -114,12 +114,12 @@ def test_ties_are_broken_as_before(transformer):
 
 
 def test_pretrained_search_options_equal_the_reference(transformer):
-    """forced_eos and transformers' finishing rule (hf_finish) with k=0."""
+    """forced_eos and transformers' finishing rule (hf_finish) with length_offset=0."""
     model, params = transformer
     src = _sources(seed=5)
     cache = _cache(model, params, src, 10)
-    options = dict(beam_size=4, max_length=10, eos_id=EOS_ID, pad_id=PAD_ID, alpha=1.0, k=0.0,
-                   forced_eos=True, hf_finish=True)
+    options = dict(beam_size=4, max_length=10, eos_id=EOS_ID, pad_id=PAD_ID, alpha=1.0,
+                   length_offset=0.0, forced_eos=True, hf_finish=True)
     old = reference_beam_search(PlainStep(model), params, cache, BOS_ID, **options)
     _assert_same(beam_search(model_step_fn(model), params, cache, BOS_ID, **options), old)
 

@@ -1,5 +1,4 @@
 import json
-import warnings
 
 import pytest
 
@@ -33,14 +32,3 @@ def test_atomic_dir_replaces_a_folder_and_keeps_it_on_failure(tmp_path):
         raise RuntimeError("boom")
     assert (path / "f").read_text() == "two" and sorted(tmp_path.iterdir()) == [path]
 
-
-def test_training_files_is_a_deprecated_alias():
-    import importlib
-    import sys
-
-    sys.modules.pop("textkit.training.files", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        files = importlib.import_module("textkit.training.files")
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
-    assert files.write_json_atomic is write_json_atomic

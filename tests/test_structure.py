@@ -1,11 +1,8 @@
-"""Code-shape rules: short functions, and the old import paths of moved names still work."""
+"""Code-shape rules: short functions."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -30,28 +27,6 @@ def test_functions_are_short(folder):
     assert lengths, f"no functions found under {folder}"
     too_long = {where: n for where, n in lengths.items() if n > LIMITS[folder]}
     assert not too_long, f"functions over {LIMITS[folder]} lines: {too_long}"
-
-
-@pytest.mark.parametrize("module,name", [
-    ("textkit.training.seq2seq", "make_seq2seq_loader"),
-    ("textkit.training.language_model", "make_lm_train_step"),
-    ("textkit.training.classification", "bucketed_loader"),
-])
-def test_moved_training_modules_warn_and_still_work(module, name):
-    sys.modules.pop(module, None)
-    with pytest.warns(DeprecationWarning, match="textkit.tasks"):
-        old = importlib.import_module(module)
-    assert callable(getattr(old, name))
-
-
-def test_moved_training_names_warn_from_the_package():
-    import textkit.training
-
-    with pytest.warns(DeprecationWarning, match="moved to textkit.tasks"):
-        assert callable(textkit.training.Seq2SeqBatchify)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert callable(textkit.training.fit)       # current names do not warn
 
 
 def test_library_code_parses_no_flags_and_never_exits():

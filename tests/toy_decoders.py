@@ -43,8 +43,8 @@ def row_log_probs(params, cache, row: int, start: int, prefix: tuple[int, ...]) 
     return logits - np.logaddexp.reduce(logits[np.isfinite(logits)])
 
 
-def exhaustive(params, cache, row: int, *, start: int, cap: int, alpha: float, k: float = 5.0,
-               min_length: int = 0):
+def exhaustive(params, cache, row: int, *, start: int, cap: int, alpha: float,
+               length_offset: float = 5.0, min_length: int = 0):
     """Every finished hypothesis of ``row`` (ends in EOS, or reaches ``cap`` tokens), as
     (score, tokens) sorted best first, with the GNMT length penalty."""
     vocab = np.asarray(params["table"]).shape[-1]
@@ -60,7 +60,7 @@ def exhaustive(params, cache, row: int, *, start: int, cap: int, alpha: float, k
                 tokens = (*body, last)
                 logp = sum(row_log_probs(params, cache, row, start, tokens[:t])[tokens[t]]
                            for t in range(length))
-                score = logp / ((k + length) / (k + 1.0)) ** alpha
+                score = logp / ((length_offset + length) / (length_offset + 1.0)) ** alpha
                 hypotheses.append((score, tokens))
     hypotheses.sort(key=lambda h: -h[0])
     return hypotheses

@@ -13,9 +13,12 @@ _SUBMODULES = (
     "data",
     "decoding",
     "embedding",
+    "errors",
     "models",
     "parallel",
     "precision",
+    "pretrained",
+    "tasks",
     "training",
     "vocab",
 )

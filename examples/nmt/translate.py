@@ -17,7 +17,7 @@ max_new_tokens, i.e. max_length - 1)::
     python examples/nmt/translate.py --pretrained opus-mt-en-de < sentences.txt
     python examples/nmt/translate.py --pretrained opus-mt-en-de --beam-size 1
 
---quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.quantize``).
+--quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.kernels.quantize_int8``).
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
@@ -34,7 +34,7 @@ from textkit._io import write_text_atomic
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
 from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.models import PretrainedError
+from textkit.pretrained import PretrainedError, load_translator
 from textkit.tasks import translation
 
 
@@ -81,7 +81,7 @@ def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
     try:
-        translator, params = Translator.from_pretrained(
+        translator, params = load_translator(
             args.pretrained, on_long_source=args.on_long_source, **options)
     except PretrainedError as err:
         raise SystemExit(f"--pretrained: {err}") from None

@@ -5,8 +5,8 @@ Semantics, for each batch row b with beam size K and length cap ``cap[b] = min(m
 max_length)``:
 
 * A hypothesis is a sequence of generated tokens y_1..y_n. Its score is
-  ``sum(log p(y_t | y_<t)) / ((k + n) / (k + 1)) ** alpha`` (GNMT length penalty), where n counts
-  the final EOS.
+  ``sum(log p(y_t | y_<t)) / ((c + n) / (c + 1)) ** alpha`` (GNMT length penalty, c the
+  ``length_offset``), where n counts the final EOS.
 * It is *finished* when it ends with ``eos_id`` (allowed from length ``min_length`` on) or when it
   reaches ``cap[b]`` tokens without EOS (truncated). Only finished hypotheses are returned.
 * Finished and alive hypotheses are kept apart: K alive hypotheses (best summed log-probability,
@@ -42,9 +42,9 @@ Two options reproduce Hugging Face ``generate`` (transformers 5) for pretrained 
 * ``hf_finish``: a candidate (EOS-ended, or truncated at the cap) joins the finished set only if
   it ranks among the K best of all K x V candidates of its step, and a row stops once K
   hypotheses have finished and the best alive one, normalised by the *current* length, scores no
-  better than the worst finished one (``early_stopping=False``'s heuristic). With ``k=0`` the
-  penalty is transformers' ``n ** alpha`` (``length_penalty=alpha``); with ``alpha=0`` both
-  forms are 1 and the stopping rule is exact.
+  better than the worst finished one (``early_stopping=False``'s heuristic). With
+  ``length_offset=0`` the penalty is transformers' ``n ** alpha`` (``length_penalty=alpha``);
+  with ``alpha=0`` both forms are 1 and the stopping rule is exact.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def _take_beams(x: jax.Array, index: jax.Array) -> jax.Array:
 
 def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                 beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
-                k: float = 5.0, n_best: int = 1, max_lengths: jax.Array | None = None,
+                length_offset: float = 5.0, n_best: int = 1,
+                max_lengths: jax.Array | None = None,
                 pad_id: int = 0, min_length: int = 0, forced_eos: bool = False,
                 hf_finish: bool = False) -> DecodeOutput:
     """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
@@ -110,7 +111,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       beam_size: K alive and K finished hypotheses per row.
       max_length: L, static size of the token axis and the global cap on generated tokens.
       eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
-      alpha, k: GNMT length penalty ``((k + n) / (k + 1)) ** alpha``.
+      alpha, length_offset: GNMT length penalty
+        ``((length_offset + n) / (length_offset + 1)) ** alpha``.
       n_best: hypotheses returned per row (<= beam_size).
       Ids (``eos_id``, ``pad_id``, start tokens) must lie in the vocabulary and
       ``max_length`` >= 1, else ``ValueError`` (``contract.check_decoding``).
@@ -120,7 +122,7 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
 
     Only ``step_fn``, the shapes and the integer/flag options (beam_size, max_length, eos_id,
     n_best, pad_id, forced_eos, hf_finish) select a compiled program; new values of the arrays,
-    ``alpha``, ``k``, ``min_length`` or ``max_lengths`` reuse it.
+    ``alpha``, ``length_offset``, ``min_length`` or ``max_lengths`` reuse it.
 
     Returns:
       DecodeOutput(tokens int32[B, n_best, L], scores float32[B, n_best], lengths int32[B, n_best]).
@@ -135,7 +137,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
                    eos_id=eos_id, pad_id=pad_id)
     return _beam_search(
         step_fn, params, cache, start,
-        length_caps(max_lengths, max_length, batch), jnp.float32(alpha), jnp.float32(k),
+        length_caps(max_lengths, max_length, batch), jnp.float32(alpha),
+        jnp.float32(length_offset),
         jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
         n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish,
         fresh=may_grow(step_fn, start_tokens))
@@ -162,12 +165,12 @@ def _top_k_only(top_logp: jax.Array, eos_logp: jax.Array,
 
 
 class _Search(NamedTuple):
-    """What one search holds constant: per-row caps int32[B], float32 alpha / k / min_length,
-    the largest length penalty per row float32[B], and the static options."""
+    """What one search holds constant: per-row caps int32[B], float32 alpha / length_offset /
+    min_length, the largest length penalty per row float32[B], and the static options."""
 
     caps: jax.Array
     alpha: jax.Array
-    k: jax.Array
+    length_offset: jax.Array
     min_length: jax.Array
     lp_cap: jax.Array
     beams: int
@@ -186,7 +189,7 @@ def _select(search: _Search, state: _BeamState,
     eos_id, caps = search.eos_id, search.caps
     positions = jnp.arange(search.max_length, dtype=jnp.int32)                  # [L]
     new_length = state.step + 1                                                 # []
-    lp_now = length_penalty(new_length, search.alpha, search.k)                 # []
+    lp_now = length_penalty(new_length, search.alpha, search.length_offset)  # []
     log_probs = log_probs.astype(jnp.float32)                                   # [B, K, V]
     if search.forced_eos:
         log_probs = force_eos(log_probs, new_length >= caps, eos_id)             # [B, K, V]
@@ -238,14 +241,16 @@ def _select(search: _Search, state: _BeamState,
     "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
     "hf_finish", "fresh"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
-                 alpha: jax.Array, k: jax.Array, min_length: jax.Array, *, beam_size: int,
+                 alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
+                 beam_size: int,
                  max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
                  hf_finish: bool, fresh: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``fresh``:
     the cache holds nothing decoded yet (it grows in segments)."""
     batch, beams = caps.shape[0], beam_size
     # lp_cap: the largest length penalty any still-alive hypothesis of a row can end with.
-    search = _Search(caps, alpha, k, min_length, length_penalty(caps, alpha, k), beams,
+    search = _Search(caps, alpha, length_offset, min_length,
+                     length_penalty(caps, alpha, length_offset), beams,
                      max_length, eos_id, n_best, forced_eos, hf_finish)
 
     def expand(state: _BeamState) -> _BeamState:

@@ -172,13 +172,15 @@ def model_step_fn(model: StepModel) -> ModelStep:
 
 
 def length_penalty(length: jax.Array | float, alpha: jax.Array | float,
-                   k: jax.Array | float = 5.0) -> jax.Array:
-    """GNMT length penalty ``((k + length) / (k + 1)) ** alpha`` (float32, elementwise).
+                   length_offset: jax.Array | float = 5.0) -> jax.Array:
+    """GNMT length penalty ``((length_offset + length) / (length_offset + 1)) ** alpha``
+    (float32, elementwise; GNMT's constant K, 5 by default).
 
-    A hypothesis' score is its summed log-probability divided by this; ``alpha=0`` gives 1.
+    A hypothesis' score is its summed log-probability divided by this; ``alpha=0`` gives 1, and
+    ``length_offset=0`` gives transformers' ``length ** alpha``.
     """
     length = jnp.asarray(length, jnp.float32)
-    return ((k + length) / (k + 1.0)) ** alpha
+    return ((length_offset + length) / (length_offset + 1.0)) ** alpha
 
 
 def batch_size_of(cache: PyTree) -> int:

@@ -9,9 +9,9 @@ set-up and beam search run as one compiled program per (rows, source length, out
 shape, so a whole test set compiles a handful of programs. Results come back in input order,
 detokenized by the target tokenizer.
 
-``quantize="int8"`` decodes with int8 weights (``textkit.models.quantize``; CPU inference): the
-parameters given to ``translate`` are quantized once and kept for the next call with the same
-parameters object.
+``quantize="int8"`` decodes with int8 weights (``textkit.models.kernels.quantize_int8``; CPU
+inference): the parameters given to ``translate`` are quantized once and kept for the next call
+with the same parameters object.
 
 What the model accepts is read from its config where it says (``max_positions``,
 ``input_vocab_size``): a source id outside the source vocabulary is a ``ValueError`` naming
@@ -20,12 +20,12 @@ for models without a limit) is truncated to it with one ``LongSourceWarning`` na
 (``on_long_source="truncate"``, the default) or refused with a ``ValueError`` naming the first
 such line (``"error"``); output caps never exceed ``max_positions`` either.
 
-Pretrained checkpoints (``Translator.from_pretrained``, Marian / OPUS-MT) are searched as
+Pretrained checkpoints (``textkit.pretrained.load_translator``, Marian / OPUS-MT) are searched as
 Hugging Face ``generate`` searches them: ``banned_ids`` (``bad_words_ids``: log-probs set to
 -inf, not renormalised), ``forced_eos`` (the token at the output cap is EOS) and
 ``hf_compatible`` (beam size 1 is greedy search; beam search finishes hypotheses and stops rows
-as transformers does, see ``beam_search``), with ``k=0`` so that the length penalty is
-``n ** alpha`` (transformers' ``length_penalty``) rather than GNMT's ``((5 + n) / 6) ** alpha``.
+as transformers does, see ``beam_search``), with ``length_offset=0`` so that the length penalty
+is ``n ** alpha`` (transformers' ``length_penalty``) rather than GNMT's ``((5 + n) / 6) ** alpha``.
 The first decoder input is the model config's ``decoder_start_id`` when it has one (Marian:
 the pad id), else the target tokenizer's ``bos_id``.
 """
@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -87,7 +86,8 @@ def default_max_length(src_length: int) -> int:
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
     "forced_eos", "hf_compatible"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
-                      caps: jax.Array, alpha: jax.Array, k: jax.Array, *, max_length: int,
+                      caps: jax.Array, alpha: jax.Array, length_offset: jax.Array, *,
+                      max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
                       pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
                       hf_compatible: bool = False) -> DecodeOutput:
@@ -107,7 +107,8 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
         return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
                              max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos)
     return beam_search(step, params, cache, bos_id, beam_size=beam_size,
-                       max_length=max_length, eos_id=eos_id, alpha=alpha, k=k, n_best=n_best,
+                       max_length=max_length, eos_id=eos_id, alpha=alpha,
+                       length_offset=length_offset, n_best=n_best,
                        max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos,
                        hf_finish=hf_compatible)
 
@@ -124,7 +125,8 @@ class Translator:
       src_tokenizer / tgt_tokenizer: ``encode(list[str]) -> list[list[int]]`` and
         ``decode(list[list[int]]) -> list[str]`` (``SentencePieceTokenizer``); the target one
         provides ``bos_id`` / ``eos_id`` / ``pad_id``, the source one ``pad_id``.
-      beam_size, alpha, k: beam search options (GNMT length penalty).
+      beam_size, alpha, length_offset: beam search options (GNMT length penalty
+        ``((length_offset + n) / (length_offset + 1)) ** alpha``).
       max_length: cap on output tokens (EOS included): an int, or a function of the source
         length; the static output size of a batch is that function of its padded length.
       batch_size: most sentences per batch.
@@ -144,7 +146,7 @@ class Translator:
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
                  tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6,
-                 k: float = 5.0, max_length: MaxLength = default_max_length,
+                 length_offset: float = 5.0, max_length: MaxLength = default_max_length,
                  batch_size: int = 32, batch_tokens: int | None = None,
                  bucket_round_to: int = 8,
                  src_append_eos: bool = False, on_long_source: str = "truncate",
@@ -176,7 +178,7 @@ class Translator:
                              f"source token")
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
-        self.beam_size, self.alpha, self.k = beam_size, alpha, k
+        self.beam_size, self.alpha, self.length_offset = beam_size, alpha, length_offset
         self.max_length = max_length
         self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
         self.batch_tokens = batch_tokens
@@ -196,21 +198,6 @@ class Translator:
                              f"pad_id is {self.src_pad_id}")
         self.compiled_shapes: set[tuple[int, int, int]] = set()
         """(rows, source length, output length) of every batch shape run so far."""
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike,
-                        **options: Any) -> tuple[Translator, PyTree]:
-        """``(translator, params)`` for a Marian / OPUS-MT checkpoint directory
-        (``textkit.models.load_pretrained``): sources get EOS appended, the search follows
-        ``generation_config.json`` (``textkit.models.generation_options``: beam size, length
-        penalty in transformers' form ``n ** alpha`` via ``k=0``, ``max_length`` - 1 output
-        tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override
-        any ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
-        from textkit.models import generation_options, load_pretrained
-
-        model, params, src_tok, tgt_tok = load_pretrained(path)
-        settings = {**generation_options(path), "src_append_eos": False, **options}
-        return cls(model, src_tok, tgt_tok, **settings), params
 
     def translate(self, params: PyTree, texts: Sequence[str], *,
                   progress: bool = False) -> list[str]:
@@ -275,7 +262,7 @@ class Translator:
         if self.quantize is None:
             return params
         if self._quantized is None or self._quantized[0] is not params:
-            from textkit.models.quantize import quantize_int8
+            from textkit.models.kernels import quantize_int8
 
             self._quantized = (params, quantize_int8(self.model, params))
         return self._quantized[1]
@@ -336,7 +323,7 @@ class Translator:
         self.compiled_shapes.add((len(group), src_length, max_length))
         out = encode_and_search(
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
-            jnp.float32(self.alpha), jnp.float32(self.k), max_length=max_length,
+            jnp.float32(self.alpha), jnp.float32(self.length_offset), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
             hf_compatible=self.hf_compatible)

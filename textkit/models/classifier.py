@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from textkit.models.config import ModelConfig
-from textkit.models.layers import Dense, Dropout, lookup, mixed_einsum, uniform_init
+from textkit.models.kernels import mixed_einsum
+from textkit.models.layers import Dense, Dropout, lookup, uniform_init
 from textkit.models.registry import register_preset
 from textkit.precision import Policy, mask_value
 

@@ -42,7 +42,8 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.config import ModelConfig
-from textkit.models.layers import Dense, Dropout, log_softmax, lookup, mixed_einsum, uniform_init
+from textkit.models.kernels import mixed_einsum
+from textkit.models.layers import Dense, Dropout, log_softmax, lookup, uniform_init
 from textkit.models.registry import register_preset
 from textkit.models.rnn import LSTM, BidirectionalLSTM, zero_state
 from textkit.precision import Policy, mask_value

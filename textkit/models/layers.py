@@ -1,16 +1,12 @@
 """Policy-aware building blocks shared by the textkit models: the one source of ``Dense``,
 ``Embed``, ``Dropout`` / ``dropout``, ``log_softmax``, ``LayerNorm``, positions, initialisers
-(``uniform_init``) and the LSTM layers (``LSTM``, ``BidirectionalLSTM``: defined in ``rnn.py``,
-importable from here).
+(``uniform_init``); the LSTM layers (``LSTM``, ``BidirectionalLSTM``) are in ``rnn.py``.
 
 Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; every matmul casts
 both operands to ``policy.compute_dtype`` and accumulates into a float32 result
-(``preferred_element_type=float32``). The residual stream, layer norm and everything else stays
-float32. ``mixed_einsum`` also keeps the *backward* matmuls in the compute dtype: plain autodiff
-would multiply the float32 cotangent with the bfloat16 operand, which XLA runs as a float32 (or
-slower mixed) matmul, losing most of the mixed-precision speed-up. Where the backend has no fast
-low-precision dot (XLA:CPU without bf16 dot instructions, see ``native_low_precision_dots``) the
-rounded operands are multiplied in float32: the same products, at the float32 kernel's speed.
+(``kernels.mixed_einsum``, which also keeps the backward matmuls in the compute dtype). The
+residual stream, layer norm and everything else stays float32. ``Dense`` and ``Embed`` are the
+``kernels.Int8Layer``s that ``kernels.quantize_int8`` makes int8 for CPU inference.
 """
 
 from __future__ import annotations
@@ -25,76 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.cpu import has_bf16_dots
+from textkit.models.kernels import int8_matmul, mixed_einsum
 from textkit.precision import Policy
 
 Array = jax.Array
 Initializer = Callable[..., Array]
-
-
-def _is_float32(dtype: Any) -> bool:
-    return np.dtype(dtype) == np.dtype(np.float32)
-
-
-def native_low_precision_dots(dtype: Any) -> bool:
-    """Whether ``dtype x dtype -> float32`` matmuls run as native dots.
-
-    True on every backend but XLA:CPU. There only for bfloat16, and only on a CPU with bf16 dot
-    instructions (``textkit.cpu.has_bf16_dots``): without them the bfloat16 dot is slower than
-    the float32 dot of the same shape (see ``benchmarks/train_step.py``), and float16 has no fast
-    CPU dot. Otherwise the operands, already rounded to ``dtype``, are multiplied as float32: the
-    same products (the product of two bfloat16 or float16 values is exact in float32),
-    accumulated in float32 either way.
-    """
-    if jax.default_backend() != "cpu":
-        return True
-    return np.dtype(dtype) == np.dtype(jnp.bfloat16) and has_bf16_dots()
-
-
-def _einsum_f32(spec: str, a: Array, b: Array) -> Array:
-    """``einsum`` of compute-dtype operands with a float32 result (see
-    ``native_low_precision_dots``)."""
-    if not native_low_precision_dots(a.dtype):
-        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
-def _low_precision_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
-    return _einsum_f32(spec, x.astype(compute_dtype), y.astype(compute_dtype))
-
-
-def _low_precision_einsum_fwd(spec, x, y, compute_dtype):
-    xc, yc = x.astype(compute_dtype), y.astype(compute_dtype)
-    out = _einsum_f32(spec, xc, yc)
-    # Residuals keep the compute-dtype copies (half the memory in bf16) and the input dtypes.
-    return out, (xc, yc, jnp.zeros((), x.dtype), jnp.zeros((), y.dtype))
-
-
-def _low_precision_einsum_bwd(spec, compute_dtype, residuals, grad):
-    xc, yc, x_proto, y_proto = residuals
-    inputs, out = spec.split("->")
-    x_spec, y_spec = inputs.split(",")
-    g = grad.astype(compute_dtype)
-    dx = _einsum_f32(f"{out},{y_spec}->{x_spec}", g, yc)
-    dy = _einsum_f32(f"{x_spec},{out}->{y_spec}", xc, g)
-    return dx.astype(x_proto.dtype), dy.astype(y_proto.dtype)
-
-
-_low_precision_einsum.defvjp(_low_precision_einsum_fwd, _low_precision_einsum_bwd)
-
-
-def mixed_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
-    """Two-operand ``einsum`` with operands in ``compute_dtype`` and a float32 result.
-
-    ``spec`` is an explicit two-operand spec (``"...d,dhk->...hk"``) in which every index of an
-    operand also appears in the other operand or the output. Gradients are computed with the
-    cotangent cast to ``compute_dtype`` (again accumulating in float32) and returned in each
-    operand's own dtype.
-    """
-    if _is_float32(compute_dtype):
-        return jnp.einsum(spec, x.astype(jnp.float32), y.astype(jnp.float32))
-    return _low_precision_einsum(spec, x, y, compute_dtype)
 
 
 def _xavier(in_rank: int, out_rank: int, batch_axis: tuple[int, ...] = ()) -> Initializer:
@@ -114,39 +45,6 @@ def uniform_init(scale: float) -> Initializer:
     return init
 
 
-INT8_MAX = 127.0
-
-
-def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    """(int8 values, float32 scale) with ``x ~= values * scale``; the scale is
-    ``max|x| / 127`` over ``axis`` (kept as size-1 axes; 1 where that max is 0). Values are
-    ``round(x * 127 / max|x|)``: within [-127, 127] without a clip."""
-    x = x.astype(jnp.float32)
-    peak = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
-    values = jnp.round(x * jnp.where(peak > 0, INT8_MAX / peak, 0.0)).astype(jnp.int8)
-    return values, jnp.where(peak > 0, peak / INT8_MAX, 1.0)
-
-
-def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
-                transposed: bool = False) -> jax.Array:
-    """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
-    ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
-    per row, see ``symmetric_int8``). A single row is multiplied as two (a zero row added):
-    XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
-    than two rows (one-sentence greedy decoding, a beam search's first step for one
-    sentence)."""
-    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
-    single = xq.shape[0] == 1
-    if single:
-        xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
-    contract = ((1,), (1,)) if transposed else ((1,), (0,))
-    acc = jax.lax.dot_general(xq, weight, (contract, ((), ())),
-                              preferred_element_type=jnp.int32)                # [N, M]
-    if single:
-        acc = acc[:1]
-    return acc.astype(jnp.float32) * x_scale * weight_scale.astype(jnp.float32)
-
-
 class Dense(nn.Module):
     """Affine map contracting the last ``contract`` input axes into ``features``.
 
@@ -164,6 +62,11 @@ class Dense(nn.Module):
     batch_axes: tuple[int, ...] = ()
     kernel_init: Initializer | None = None
 
+    @nn.nowrap
+    def int8_weight(self) -> tuple[str, tuple[int, ...]]:
+        """``kernels.Int8Layer``: the kernel, one scale per output column."""
+        return "kernel", tuple(range(self.contract))
+
     @nn.compact
     def __call__(self, x: Array) -> Array:
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
@@ -177,7 +80,7 @@ class Dense(nn.Module):
         # every result).
         rows = x.reshape(-1, math.prod(in_dims))
         matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
-        if kernel.dtype == jnp.int8:  # textkit.models.quantize: int8 weights for inference
+        if kernel.dtype == jnp.int8:  # kernels.quantize_int8: int8 weights for inference
             scale = self.param("kernel_scale", nn.initializers.ones, features, jnp.float32)
             y = int8_matmul(rows, matrix, scale.reshape(-1))
         else:
@@ -232,11 +135,16 @@ class Embed(nn.Module):
     policy: Policy = Policy()
     scale_by_sqrt_dim: bool = True
 
+    @nn.nowrap
+    def int8_weight(self) -> tuple[str, tuple[int, ...]]:
+        """``kernels.Int8Layer``: the table, one scale per row."""
+        return "embedding", (1,)
+
     def setup(self):
         init = nn.initializers.normal(stddev=self.features ** -0.5)
         self.embedding = self.param("embedding", init, (self.num_embeddings, self.features),
                                     self.policy.param_dtype)
-        if self.embedding.dtype == jnp.int8:  # textkit.models.quantize: one scale per row
+        if self.embedding.dtype == jnp.int8:  # kernels.quantize_int8: one scale per row
             self.embedding_scale = self.param("embedding_scale", nn.initializers.ones,
                                               (self.num_embeddings,), jnp.float32)
 
@@ -398,12 +306,3 @@ class FeedForward(nn.Module):
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], policy=self.policy, name="wo")(h)
 
-
-def __getattr__(name: str) -> Any:
-    # The LSTM layers live in rnn.py (which needs mixed_einsum from here): re-exported lazily,
-    # so that ``from textkit.models.layers import LSTM`` works without an import cycle.
-    if name in ("LSTM", "BidirectionalLSTM", "LSTMState", "zero_state", "reverse_padded"):
-        from textkit.models import rnn
-
-        return getattr(rnn, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

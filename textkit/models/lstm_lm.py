@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 
 from textkit.models.config import ModelConfig
+from textkit.models.kernels import mixed_einsum
 from textkit.models.layers import (
     Dense,
     Dropout,
     dropout,
     log_softmax,
     lookup,
-    mixed_einsum,
     uniform_init,
 )
 from textkit.models.registry import register_preset

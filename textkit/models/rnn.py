@@ -2,7 +2,7 @@
 
 Speed layout: the input-to-hidden projection of all time steps is one large matmul done before
 the time loop (``[T,B,D] @ [D,4H] -> [T,B,4H]``); the ``jax.lax.scan`` body only does the small
-``h @ W_hh`` and the gate non-linearities. Matmuls go through ``layers.mixed_einsum`` (inputs in
+``h @ W_hh`` and the gate non-linearities. Matmuls go through ``kernels.mixed_einsum`` (inputs in
 the policy's compute dtype, float32 accumulation, compute-dtype backward); the cell and hidden
 carry stay float32.
 
@@ -22,7 +22,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.layers import dropout, mixed_einsum
+from textkit.models.kernels import mixed_einsum
+from textkit.models.layers import dropout
 from textkit.precision import Policy
 
 LSTMState = tuple[jax.Array, jax.Array]

@@ -57,6 +57,7 @@ from textkit.decoding import Translator
 from textkit.errors import ConfigError
 from textkit.models import get_model, max_positions, parse_overrides
 from textkit.precision import Policy
+from textkit.pretrained import load_pretrained
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
@@ -400,12 +401,10 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
 def init_from(path: str, precision: str = "float32",
               overrides: str | Mapping[str, Any] = "") -> Any:
     """A Marian / OPUS-MT checkpoint directory ready to fine-tune: ``Pretrained(model,
-    params, src_tokenizer, tgt_tokenizer)`` (``textkit.models.load_pretrained``) with the
+    params, src_tokenizer, tgt_tokenizer)`` (``textkit.pretrained.load_pretrained``) with the
     ``precision`` policy and config ``overrides`` (e.g. "dropout=0.1"); params as jax arrays.
     The source tokenizer appends EOS (as the model was trained), the target one does not (the
     loader adds it); decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
-    from textkit.models import load_pretrained, parse_overrides
-
     fields = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
     try:
         pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)

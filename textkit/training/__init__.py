@@ -2,12 +2,8 @@
 the one ``fit`` loop and ``RunDir``, checkpoints and metrics.
 
 Task glue (batches, losses, evaluation of translation, language modelling, classification)
-lives in ``textkit.tasks``; the names that used to be here still import, with a
-``DeprecationWarning``, for one release.
+lives in ``textkit.tasks``.
 """
-
-import importlib
-import warnings
 
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.loop import FitConfig, FitResult, Progress, fit
@@ -40,26 +36,3 @@ __all__ = [
     "make_eval_step", "make_train_step", "max_norm", "perplexity", "scale_by_budget_schedule",
     "smoothing_entropy", "with_learning_rate", "with_loss_scaling",
 ]
-
-# old name -> (deprecated module that still provides it)
-_MOVED = {
-    **dict.fromkeys(("ClassificationBatchify", "ClassificationLoss", "CrossValidation",
-                     "FoldResult", "bucketed_loader", "cross_validate", "evaluate_classifier"),
-                    "textkit.training.classification"),
-    **dict.fromkeys(("lm_loss_fn", "lm_optimizer", "make_lm_eval_step", "make_lm_train_step",
-                     "stream_nll", "stream_windows"), "textkit.training.language_model"),
-    **dict.fromkeys(("Seq2SeqBatchify", "TranslationDir", "bleu_scores",
-                     "build_translation_model", "make_seq2seq_loader", "make_seq2seq_loss"),
-                    "textkit.training.seq2seq"),
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            module = importlib.import_module(_MOVED[name])
-        warnings.warn(f"textkit.training.{name} moved to textkit.tasks (see {_MOVED[name]}); "
-                      "the old name goes in the next release", DeprecationWarning, stacklevel=2)
-        return getattr(module, name)
-    raise AttributeError(f"module 'textkit.training' has no attribute {name!r}")

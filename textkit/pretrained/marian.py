@@ -1,13 +1,14 @@
 """Marian / OPUS-MT checkpoints (Hugging Face ``save_pretrained`` layout) in and out of textkit.
 
-``load_pretrained(dir)`` reads ``config.json``, ``model.safetensors`` (``pytorch_model.bin`` only
-when torch is installed), ``source.spm``, ``target.spm``, ``vocab.json``, ``tokenizer_config.json``
-and returns a ``Transformer`` configured as Marian (post-norm, Marian's sinusoidal positions,
-sqrt(d_model) embedding scale, the checkpoint's activation, ``final_logits_bias``, shared/tied
-embeddings, layer-norm epsilon 1e-5, decoder start = pad), its params and the two
+``load(dir, config)`` (what ``textkit.pretrained.load_pretrained`` calls for ``model_type``
+"marian") reads ``model.safetensors`` (``pytorch_model.bin`` only when torch is installed),
+``source.spm``, ``target.spm``, ``vocab.json``, ``tokenizer_config.json`` next to the
+``config.json`` given and returns a ``Transformer`` configured as Marian (post-norm, Marian's
+sinusoidal positions, sqrt(d_model) embedding scale, the checkpoint's activation,
+``final_logits_bias``, shared/tied embeddings, layer-norm epsilon 1e-5, decoder start = pad),
+its params and the two
 ``MarianTokenizer`` sides. ``save_pretrained`` writes the same layout back (transformers loads
-it); load -> save -> load is exact. ``generation_options(dir)`` maps ``generation_config.json``
-onto ``Translator`` options.
+it); load -> save -> load is exact.
 
 The weights map one to one (torch ``Linear`` weight [out, in] -> textkit kernel [in, out]):
 
@@ -26,18 +27,16 @@ transformers                                           textkit
 ``final_layer_norm``                                   ``ff_norm``
 =====================================================  =========================================
 
-Errors a user meets, each a ``PretrainedError`` (a ``ValueError``) naming the directory:
-``NotMarianCheckpointError``, ``MissingFileError`` (also a ``FileNotFoundError``),
+Errors a user meets (``textkit.pretrained.errors``), each a ``PretrainedError`` (a ``ValueError``)
+naming the directory: ``MissingFileError`` (also a ``FileNotFoundError``),
 ``UnsupportedArchitectureError`` (names the config key and value) and
 ``VocabSizeMismatchError``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -45,42 +44,29 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from textkit._io import atomic_dir, write_json_atomic
-from textkit.data.marian_tokenizer import MarianTokenizer
 from textkit.models.layers import ACTIVATIONS
 from textkit.models.transformer import Transformer, TransformerConfig
+from textkit.pretrained.errors import (
+    MissingFileError,
+    NotMarianCheckpointError,
+    PretrainedError,
+    UnsupportedArchitectureError,
+    VocabSizeMismatchError,
+)
+from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.marian_tokenizer import MarianTokenizer
 
 __all__ = [
-    "MissingFileError", "NotMarianCheckpointError", "Pretrained", "PretrainedError",
-    "UnsupportedArchitectureError", "VocabSizeMismatchError", "generation_options",
-    "load_pretrained", "marian_config", "save_pretrained",
+    "Pretrained", "embedding_layout", "hf_config", "load", "marian_config",
+    "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map",
 ]
 
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 LAYER_NORM_EPSILON = 1e-5   # torch.nn.LayerNorm's default, used by every Marian layer norm
 
 
-class PretrainedError(ValueError):
-    """A pretrained checkpoint directory textkit cannot load (the message says why)."""
-
-
-class NotMarianCheckpointError(PretrainedError):
-    """The directory is not a Marian checkpoint (no config.json, or another model_type)."""
-
-
-class MissingFileError(PretrainedError, FileNotFoundError):
-    """A file the Marian layout needs is missing from the directory."""
-
-
-class UnsupportedArchitectureError(PretrainedError):
-    """A config option (key and value named) textkit's Transformer does not implement."""
-
-
-class VocabSizeMismatchError(PretrainedError):
-    """The tokenizer vocabulary does not fit the embedding matrix (or the config)."""
-
-
 class Pretrained(NamedTuple):
-    """What ``load_pretrained`` returns."""
+    """What ``load_pretrained`` returns for a translation checkpoint (Marian)."""
 
     model: Transformer
     params: Any
@@ -89,32 +75,6 @@ class Pretrained(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------ config
-def _read_config(root: Path) -> dict[str, Any]:
-    if not root.is_dir():
-        raise NotMarianCheckpointError(f"{root} is not a directory (expected a Marian "
-                                       f"checkpoint directory with config.json)")
-    path = root / "config.json"
-    if not path.is_file():
-        raise NotMarianCheckpointError(
-            f"{root} is not a Marian checkpoint directory: it has no config.json (expected the "
-            f"Hugging Face layout: config.json, model.safetensors, {', '.join(TOKENIZER_FILES)})")
-    try:
-        config = json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise NotMarianCheckpointError(f"{path}: not valid JSON ({err})") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type != "marian":
-        raise NotMarianCheckpointError(
-            f"{path}: model_type is {model_type!r}, not 'marian' (architectures: "
-            f"{config.get('architectures') if isinstance(config, dict) else None})")
-    return config
-
-
-def _unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(f"{root / 'config.json'}: {key}={value!r} is not "
-                                        f"supported: {why}")
-
-
 def marian_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
                   **overrides: Any) -> TransformerConfig:
     """``TransformerConfig`` of a Marian ``config.json`` dict (``UnsupportedArchitectureError``
@@ -126,24 +86,24 @@ def marian_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
              ("encoder_ffn_dim", "decoder_ffn_dim"))
     for enc, dec in pairs:
         if get(enc) != get(dec):
-            raise _unsupported(root, dec, get(dec), f"textkit needs {enc} == {dec} "
+            raise unsupported(root, dec, get(dec), f"textkit needs {enc} == {dec} "
                                                     f"({get(enc)})")
     activation = get("activation_function", "swish")
     if activation not in ACTIVATIONS:
-        raise _unsupported(root, "activation_function", activation,
+        raise unsupported(root, "activation_function", activation,
                            f"expected one of {sorted(ACTIVATIONS)}")
     for key, expected in (("normalize_before", False), ("add_final_layer_norm", False),
                           ("normalize_embedding", False), ("static_position_embeddings", True),
                           ("add_bias_logits", False)):
         if key in hf and bool(hf[key]) != expected:
-            raise _unsupported(root, key, hf[key], f"Marian (and textkit) use {expected}")
+            raise unsupported(root, key, hf[key], f"Marian (and textkit) use {expected}")
     shared = bool(get("share_encoder_decoder_embeddings", True))
     vocab = int(get("vocab_size"))
     tgt_vocab = vocab if shared else int(get("decoder_vocab_size") or vocab)
     shared = bool(overrides.pop("share_embeddings", shared))
     d_model, heads = int(get("d_model")), int(get("encoder_attention_heads"))
     if d_model % heads or d_model % 2:
-        raise _unsupported(root, "d_model", d_model, f"needs an even d_model divisible by the "
+        raise unsupported(root, "d_model", d_model, f"needs an even d_model divisible by the "
                                                      f"{heads} heads")
     options = dict(
         src_vocab_size=vocab, tgt_vocab_size=tgt_vocab, share_embeddings=shared,
@@ -322,26 +282,6 @@ def embedding_layout(tensors: Mapping[str, np.ndarray]) -> dict[str, bool]:
 
 
 # -------------------------------------------------------------------------------- load/save
-def _read_tensors(root: Path) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors as float32 numpy arrays (safetensors, else torch's .bin)."""
-    path = root / "model.safetensors"
-    if path.is_file():
-        from safetensors.numpy import load_file
-
-        return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
-    if (root / "pytorch_model.bin").is_file():
-        try:
-            import torch
-        except ImportError:
-            raise MissingFileError(
-                f"{root} has pytorch_model.bin but no model.safetensors, and torch is not "
-                f"installed: install torch, or convert the weights to model.safetensors") from None
-        state = torch.load(root / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() for k, v in state.items()}
-    raise MissingFileError(f"{root} has no model.safetensors (nor pytorch_model.bin): the "
-                           f"weights of the Marian checkpoint are missing")
-
-
 def _check_files(root: Path) -> None:
     missing = [name for name in TOKENIZER_FILES if not (root / name).is_file()]
     if missing:
@@ -350,9 +290,11 @@ def _check_files(root: Path) -> None:
                                f"config.json and model.safetensors)")
 
 
-def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
-    """Load a Marian checkpoint directory: ``Pretrained(model, params, src_tokenizer,
-    tgt_tokenizer)``; params float32 numpy arrays in the ``Transformer``'s tree.
+def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
+    """Load the Marian checkpoint directory ``root`` whose ``config.json`` is ``hf``:
+    ``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; params float32 numpy arrays in
+    the ``Transformer``'s tree (``textkit.pretrained.load_pretrained`` reads the config and
+    calls this for ``model_type`` "marian").
 
     ``overrides`` replace config fields (e.g. ``policy="mixed_bfloat16"``, ``dropout=0.1``
     for fine-tuning). Raises the ``PretrainedError`` subclasses of the module docstring.
@@ -360,10 +302,12 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
     import jax
     import jax.numpy as jnp
 
-    root = Path(path)
-    hf = _read_config(root)
+    if hf.get("model_type") != "marian":
+        raise NotMarianCheckpointError(
+            f"{root / 'config.json'}: model_type is {hf.get('model_type')!r}, not 'marian' "
+            f"(architectures: {hf.get('architectures')})")
     _check_files(root)
-    tensors = _read_tensors(root)
+    tensors = read_tensors(root)
     config = marian_config(hf, root, **{**embedding_layout(tensors), **overrides})
     src_tok, tgt_tok = MarianTokenizer.from_directory(root, config.decoder_start_id)
     for side, tok, size in (("source", src_tok, config.src_vocab_size),
@@ -454,47 +398,3 @@ def save_pretrained(model: Transformer, params: Any,
         shutil.copyfile(src.spm_path, staging / "source.spm")
         shutil.copyfile(tgt.spm_path, staging / "target.spm")
     return Path(path)
-
-
-# -------------------------------------------------------------------------------- generation
-_IGNORED = {"transformers_version", "bos_token_id", "pad_token_id", "eos_token_id",
-            "decoder_start_token_id", "_from_model_config", "use_cache", "output_scores",
-            "return_dict_in_generate"}
-_NEUTRAL = {"do_sample": False, "early_stopping": False, "num_return_sequences": 1,
-            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0,
-            "temperature": 1.0, "top_k": 50, "top_p": 1.0, "renormalize_logits": False,
-            "encoder_no_repeat_ngram_size": 0, "diversity_penalty": 0.0, "num_beam_groups": 1}
-
-
-def generation_options(path: str | os.PathLike) -> dict[str, Any]:
-    """``Translator`` options from a checkpoint's ``generation_config.json`` (else the
-    generation keys of ``config.json``, else transformers' defaults).
-
-    Maps ``num_beams`` -> ``beam_size``, ``length_penalty`` -> ``alpha`` with ``k=0``
-    (transformers' ``n ** alpha``), ``max_length`` (start token included) -> ``max_length - 1``
-    output tokens, single-token ``bad_words_ids`` -> ``banned_ids``, ``forced_eos_token_id`` ->
-    ``forced_eos``, and ``hf_compatible=True``. Options with no textkit counterpart at a
-    non-neutral value (sampling, repetition penalties, ``min_length``, ...) are named in a
-    ``UserWarning`` and ignored.
-    """
-    root = Path(path)
-    gen_path = root / "generation_config.json"
-    gen = json.loads(gen_path.read_text("utf-8")) if gen_path.is_file() else _read_config(root)
-    eos = gen.get("eos_token_id", 0)
-    eos = eos[0] if isinstance(eos, list) else eos
-    banned = [ids[0] for ids in gen.get("bad_words_ids") or [] if len(ids) == 1]
-    options = {"beam_size": int(gen.get("num_beams") or 1),
-               "alpha": float(gen.get("length_penalty", 1.0)), "k": 0.0,
-               "max_length": max(1, int(gen.get("max_length") or 20) - 1),
-               "banned_ids": tuple(banned), "hf_compatible": True,
-               "forced_eos": gen.get("forced_eos_token_id") is not None
-               and gen.get("forced_eos_token_id") in (eos, [eos])}
-    if gen.get("max_new_tokens"):
-        options["max_length"] = int(gen["max_new_tokens"])
-    ignored = {k: v for k, v in gen.items() if k in _NEUTRAL and v != _NEUTRAL[k]}
-    ignored.update({"bad_words_ids": gen["bad_words_ids"]} if len(banned) < len(
-        gen.get("bad_words_ids") or []) else {})
-    if ignored:
-        warnings.warn(f"{gen_path}: generation options textkit does not apply: {ignored}",
-                      UserWarning, stacklevel=2)
-    return options

@@ -11,9 +11,9 @@ joins them with a SentencePiece model (as transformers' ``MarianTokenizer.batch_
 skip_special_tokens=True)``: with a shared vocabulary that is the *source* model, the
 transformers 5 default).
 
-It lives in ``textkit.data`` (not next to the weights in ``textkit.models.marian``) because it
-is a tokenizer like ``SentencePieceTokenizer``: jax-free, used by the data pipeline when a
-pretrained model is fine-tuned, and by the ``Translator``.
+It lives in ``textkit.pretrained`` with the rest of the checkpoint format (``marian.py``); it is
+jax-free and has the interface of ``SentencePieceTokenizer`` (the data pipeline uses it when a
+pretrained model is fine-tuned, the ``Translator`` when it translates).
 """
 
 from __future__ import annotations

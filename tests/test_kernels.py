@@ -1,5 +1,6 @@
-"""Int8 weights for CPU inference (``quantize_int8``, ``Translator(quantize="int8")``) and the
-Translator's batches without dummy rows."""
+"""``textkit.models.kernels``: CPU feature detection and the choice of native bfloat16 dots it
+drives, int8 weights for CPU inference (``quantize_int8``, ``Translator(quantize="int8")``), and
+the Translator's batches without dummy rows."""
 
 from __future__ import annotations
 
@@ -7,11 +8,76 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_attention import dot_generals
 
 from textkit.decoding import Translator
-from textkit.models import get_model
-from textkit.models.layers import Dense, int8_matmul, symmetric_int8
-from textkit.models.quantize import quantize_int8
+from textkit.models import get_model, kernels
+from textkit.models.kernels import int8_matmul, quantize_int8, symmetric_int8
+from textkit.models.layers import Dense
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC Test
+flags\t\t: fpu sse2 avx2 avx512f {extra}
+
+processor\t: 1
+model name\t: AMD EPYC Test
+flags\t\t: fpu sse2
+"""
+
+
+@pytest.fixture
+def fake_cpuinfo(tmp_path, monkeypatch):
+    def write(extra: str):
+        path = tmp_path / "cpuinfo"
+        path.write_text(CPUINFO.format(extra=extra))
+        monkeypatch.setattr(kernels, "CPUINFO", path)
+        kernels.model_and_flags.cache_clear()
+
+    yield write
+    kernels.model_and_flags.cache_clear()
+
+
+def test_model_and_flags_of_the_first_processor(fake_cpuinfo):
+    fake_cpuinfo("avx512_vnni")
+    model, flags = kernels.model_and_flags()
+    assert model == "AMD EPYC Test"
+    assert {"avx2", "avx512f", "avx512_vnni"} <= flags and "avx512_bf16" not in flags
+    assert not kernels.has_bf16_dots()
+
+
+@pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
+def test_bf16_dot_instructions_are_detected(fake_cpuinfo, flag):
+    fake_cpuinfo(flag)
+    assert kernels.has_bf16_dots()
+
+
+def test_no_cpuinfo_means_no_features(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels, "CPUINFO", tmp_path / "missing")
+    kernels.model_and_flags.cache_clear()
+    try:
+        assert kernels.model_and_flags() == (None, frozenset())
+        assert not kernels.has_bf16_dots()
+    finally:
+        kernels.model_and_flags.cache_clear()
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU backend's rule")
+@pytest.mark.parametrize("bf16_dots", [True, False])
+def test_native_dots_on_cpu_only_for_bfloat16_with_bf16_instructions(monkeypatch, bf16_dots):
+    monkeypatch.setattr(kernels, "has_bf16_dots", lambda: bf16_dots)
+    assert kernels.native_low_precision_dots(jnp.bfloat16) is bf16_dots
+    assert kernels.native_low_precision_dots(jnp.float16) is False
+    x = jnp.ones((4, 8), jnp.float32)
+    w = jnp.ones((8, 3), jnp.float32)
+    dots = dot_generals(lambda x, w: kernels.mixed_einsum("nd,df->nf", x, w, jnp.bfloat16),
+                        x, w, native=None)
+    operand = jnp.bfloat16 if bf16_dots else jnp.float32
+    assert len(dots) == 1 and [v.aval.dtype for v in dots[0].invars] == [operand, operand]
+    result = kernels.mixed_einsum("nd,df->nf", x, w, jnp.bfloat16)
+    assert result.dtype == jnp.float32
+    np.testing.assert_array_equal(result, np.full((4, 3), 8.0, np.float32))
+
 
 PAD_ID, BOS_ID, EOS_ID = 1, 2, 3
 

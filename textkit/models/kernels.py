@@ -1,0 +1,225 @@
+"""Low-level kernels of the models, in one module: the mixed-precision einsum, the int8 matmul
+and weight quantization, and the CPU feature checks that choose between dot forms.
+
+**Mixed precision** (DESIGN.md rule 3): ``mixed_einsum`` casts both operands to the policy's
+compute dtype and accumulates into a float32 result (``preferred_element_type=float32``). It
+also keeps the *backward* matmuls in the compute dtype: plain autodiff would multiply the float32
+cotangent with the bfloat16 operand, which XLA runs as a float32 (or slower mixed) matmul, losing
+most of the mixed-precision speed-up. Where the backend has no fast low-precision dot (XLA:CPU
+without bf16 dot instructions, see ``native_low_precision_dots``) the rounded operands are
+multiplied in float32: the same products, at the float32 kernel's speed.
+
+**Int8 weights for CPU inference**: ``quantize_int8(model, params)``. Every layer that declares
+an int8 weight (``Int8Layer``: ``layers.Dense``'s kernel, ``layers.Embed``'s table) gets it as
+int8 with a float32 scale per output column (kernel, ``kernel_scale``) or per row (table,
+``embedding_scale``): symmetric, ``round(w / scale)`` with ``scale = max|w| / 127``. At apply
+time those layers see the int8 parameter and quantize their input too, one symmetric scale per
+row (``int8_matmul``), so the product is an int8 x int8 -> int32 dot: XLA:CPU's fast integer
+path (an int8 x float or uint8 x int8 dot falls back to slow loops), rescaled to float32.
+Everything else (layer norms, biases, attention products, softmax, LSTM weights) stays as it
+was. Inference only: there is no gradient through the rounding. Which parameters belong to such
+a layer is read from the model itself (one abstract forward pass with
+``flax.linen.intercept_methods``), not guessed from names.
+
+**The host CPU** as Linux describes it in ``/proc/cpuinfo`` (``model_and_flags``,
+``has_bf16_dots``). Elsewhere (macOS, Windows) both are empty, and callers fall back to what
+works on any CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "INT8_MAX", "Int8Layer", "has_bf16_dots", "int8_matmul", "mixed_einsum", "model_and_flags",
+    "native_low_precision_dots", "quantize_int8", "symmetric_int8",
+]
+
+Array = jax.Array
+PyTree = Any
+
+
+# ------------------------------------------------------------------------------- host CPU
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@functools.cache
+def model_and_flags() -> tuple[str | None, frozenset[str]]:
+    """(model name or None, feature flags) of the first processor ``CPUINFO`` lists."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return None, frozenset()
+    model, flags = None, frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model is None:
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = frozenset(value.split())
+    return model, flags
+
+
+def has_bf16_dots() -> bool:
+    """Whether the CPU has bfloat16 dot-product instructions (``avx512_bf16`` or ``amx_bf16``),
+    which XLA:CPU uses for bfloat16 x bfloat16 -> float32 matmuls."""
+    return bool(model_and_flags()[1] & {"avx512_bf16", "amx_bf16"})
+
+
+# ------------------------------------------------------------------------ mixed precision
+def _is_float32(dtype: Any) -> bool:
+    return np.dtype(dtype) == np.dtype(np.float32)
+
+
+def native_low_precision_dots(dtype: Any) -> bool:
+    """Whether ``dtype x dtype -> float32`` matmuls run as native dots.
+
+    True on every backend but XLA:CPU. There only for bfloat16, and only on a CPU with bf16 dot
+    instructions (``has_bf16_dots``): without them the bfloat16 dot is slower than
+    the float32 dot of the same shape (see ``benchmarks/train_step.py``), and float16 has no fast
+    CPU dot. Otherwise the operands, already rounded to ``dtype``, are multiplied as float32: the
+    same products (the product of two bfloat16 or float16 values is exact in float32),
+    accumulated in float32 either way.
+    """
+    if jax.default_backend() != "cpu":
+        return True
+    return np.dtype(dtype) == np.dtype(jnp.bfloat16) and has_bf16_dots()
+
+
+def _einsum_f32(spec: str, a: Array, b: Array) -> Array:
+    """``einsum`` of compute-dtype operands with a float32 result (see
+    ``native_low_precision_dots``)."""
+    if not native_low_precision_dots(a.dtype):
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
+def _low_precision_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
+    return _einsum_f32(spec, x.astype(compute_dtype), y.astype(compute_dtype))
+
+
+def _low_precision_einsum_fwd(spec, x, y, compute_dtype):
+    xc, yc = x.astype(compute_dtype), y.astype(compute_dtype)
+    out = _einsum_f32(spec, xc, yc)
+    # Residuals keep the compute-dtype copies (half the memory in bf16) and the input dtypes.
+    return out, (xc, yc, jnp.zeros((), x.dtype), jnp.zeros((), y.dtype))
+
+
+def _low_precision_einsum_bwd(spec, compute_dtype, residuals, grad):
+    xc, yc, x_proto, y_proto = residuals
+    inputs, out = spec.split("->")
+    x_spec, y_spec = inputs.split(",")
+    g = grad.astype(compute_dtype)
+    dx = _einsum_f32(f"{out},{y_spec}->{x_spec}", g, yc)
+    dy = _einsum_f32(f"{x_spec},{out}->{y_spec}", xc, g)
+    return dx.astype(x_proto.dtype), dy.astype(y_proto.dtype)
+
+
+_low_precision_einsum.defvjp(_low_precision_einsum_fwd, _low_precision_einsum_bwd)
+
+
+def mixed_einsum(spec: str, x: Array, y: Array, compute_dtype: Any) -> Array:
+    """Two-operand ``einsum`` with operands in ``compute_dtype`` and a float32 result.
+
+    ``spec`` is an explicit two-operand spec (``"...d,dhk->...hk"``) in which every index of an
+    operand also appears in the other operand or the output. Gradients are computed with the
+    cotangent cast to ``compute_dtype`` (again accumulating in float32) and returned in each
+    operand's own dtype.
+    """
+    if _is_float32(compute_dtype):
+        return jnp.einsum(spec, x.astype(jnp.float32), y.astype(jnp.float32))
+    return _low_precision_einsum(spec, x, y, compute_dtype)
+
+
+# ------------------------------------------------------------------------------- int8
+INT8_MAX = 127.0
+
+
+def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """(int8 values, float32 scale) with ``x ~= values * scale``; the scale is
+    ``max|x| / 127`` over ``axis`` (kept as size-1 axes; 1 where that max is 0). Values are
+    ``round(x * 127 / max|x|)``: within [-127, 127] without a clip."""
+    x = x.astype(jnp.float32)
+    peak = jnp.max(jnp.abs(x), axis=axis, keepdims=True)
+    values = jnp.round(x * jnp.where(peak > 0, INT8_MAX / peak, 0.0)).astype(jnp.int8)
+    return values, jnp.where(peak > 0, peak / INT8_MAX, 1.0)
+
+
+def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
+                transposed: bool = False) -> jax.Array:
+    """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
+    ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
+    per row, see ``symmetric_int8``). A single row is multiplied as two (a zero row added):
+    XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
+    than two rows (one-sentence greedy decoding, a beam search's first step for one
+    sentence)."""
+    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
+    single = xq.shape[0] == 1
+    if single:
+        xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
+    contract = ((1,), (1,)) if transposed else ((1,), (0,))
+    acc = jax.lax.dot_general(xq, weight, (contract, ((), ())),
+                              preferred_element_type=jnp.int32)                # [N, M]
+    if single:
+        acc = acc[:1]
+    return acc.astype(jnp.float32) * x_scale * weight_scale.astype(jnp.float32)
+
+
+@runtime_checkable
+class Int8Layer(Protocol):
+    """A layer whose weight ``quantize_int8`` may make int8 (``layers.Dense``, ``layers.Embed``);
+    at apply time it reads the int8 weight and its ``<name>_scale`` (``int8_matmul``)."""
+
+    def int8_weight(self) -> tuple[str, tuple[int, ...]]:
+        """(name of the weight parameter, the axes of it that one float32 scale spans); the
+        scale is stored as ``<name>_scale``, shaped as the weight without those axes. Must be
+        ``flax.linen.nowrap`` (called outside the module's scope)."""
+
+
+def _layer_paths(model: nn.Module, params: PyTree, *example: jax.Array) -> dict[tuple, Any]:
+    """Module path -> the ``Int8Layer`` instance at it, for every one the forward pass
+    ``model.apply(params, *example)`` calls."""
+    found: dict[tuple, Any] = {}
+
+    def record(next_fun, args, kwargs, context):
+        if isinstance(context.module, Int8Layer):
+            found[tuple(context.module.path)] = context.module
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(record):
+        jax.eval_shape(lambda p: model.apply({"params": p}, *example), params)
+    return found
+
+
+def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array) -> PyTree:
+    """Copy of ``params`` with the weight of every ``Int8Layer`` (``Dense`` kernels, ``Embed``
+    tables) int8 (module docstring). ``example`` are inputs of one forward pass (default: a
+    seq2seq model's ``(src_tokens, tgt_input)``, both int32[1, 8] of id 0) that reaches every
+    layer to quantize. Already-int8 layers are left as they are."""
+    if not example:
+        example = (jnp.zeros((1, 8), jnp.int32),) * 2
+    out = _mutable(params)                 # new dicts, the same arrays: the input is kept
+    for path, module in _layer_paths(model, params, *example).items():
+        node = out
+        for part in path:
+            node = node[part]
+        name, axes = module.int8_weight()
+        if node[name].dtype != jnp.int8:
+            values, scale = symmetric_int8(node[name], axis=axes)
+            node[name], node[f"{name}_scale"] = values, jnp.squeeze(scale, axis=axes)
+    return out
+
+
+def _mutable(tree: PyTree) -> PyTree:
+    """Nested dicts (flax FrozenDicts included) as plain dicts, leaves shared."""
+    if isinstance(tree, dict) or hasattr(tree, "items"):
+        return {key: _mutable(value) for key, value in tree.items()}
+    return tree
