@@ -2,14 +2,18 @@
 
 Importing ``textkit`` is cheap: the subpackages are imported on first use, and
 ``textkit.data``, ``textkit.batchify`` and ``textkit.vocab`` never import jax or flax.
+``textkit.TextkitError`` is the base class of every error textkit raises on purpose.
 """
 
 import importlib
+
+from textkit.errors import ConfigError, TextkitError
 
 __version__ = "0.2.0.dev0"
 
 _SUBMODULES = (
     "batchify",
+    "cli",
     "data",
     "decoding",
     "embedding",
@@ -18,6 +22,7 @@ _SUBMODULES = (
     "parallel",
     "precision",
     "pretrained",
+    "settings",
     "tasks",
     "training",
     "vocab",
@@ -32,3 +37,6 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(list(globals()) + list(_SUBMODULES))
+
+
+__all__ = ["ConfigError", "TextkitError", "__version__", *_SUBMODULES]
