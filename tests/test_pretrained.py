@@ -191,9 +191,6 @@ def test_translate_script_pretrained():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(raises=ImportError, strict=True, reason=(
-    "textkit/tasks/translation.py init_from still imports load_pretrained from textkit.models "
-    "(now textkit.pretrained); repointed on the tasks branch: remove this mark then"))
 def test_fine_tune_from_pretrained(tmp_path):
     sys.path.insert(0, str(ROOT / "examples" / "nmt"))
     try:
