@@ -47,7 +47,7 @@ from textkit.tasks.language_model import (
     process_rows,
     train_step_shardings,
 )
-from textkit.training import create_train_state, fit, launch
+from textkit.training import create_train_state, fit, launch, run_writers
 
 # settings that may change when a run is resumed (its length and logging)
 RESUMABLE = ("fit",)
@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config = parse_config(LanguageModelConfig, argv, __doc__.splitlines()[0])
     record = config.record()
     run, mesh = launch(config.save_dir, record, resume=config.fit.resume,
-                       processes=config.launch, check=[k for k in record if k not in RESUMABLE])
+                       runs_folder=config.runs_folder, processes=config.launch,
+                       check=[k for k in record if k not in RESUMABLE])
     run.log(f"{jax.device_count()} device(s) in {jax.process_count()} process(es)")
     task = LanguageModelTask(config, run)
     data = {split: task.read_split(split) for split in task.splits}
@@ -83,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         initial_carry=lambda: parallel.global_batch(
             process_rows(task.initial_carry(model)()), mesh),
         to_device=lambda window: parallel.global_batch(process_rows(window), mesh),
-        learning_rate=learning_rate, log=run.log, desc=config.model)
+        learning_rate=learning_rate, log=run.log, desc=config.model,
+        writers=run_writers(run.root, tensorboard=config.tensorboard,
+                            main_process=run.main_process))
     best_state, _ = manager.restore("best", result.state)
     best = next(h for h in result.progress.history if h["step"] == manager.best_step())
     test = task.evaluate(model, best_state.params, data["test"])
@@ -91,10 +94,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run.log(f"test perplexity {test['ppl']:.2f} = exp(total NLL {test['nll']:,.1f} / "
             f"{test['tokens']:,.0f} test tokens, every token incl. <eos>) with the epoch-"
             f"{best['epoch']} checkpoint (valid ppl {best['valid_ppl']:.2f})")
-    return run.summary("language_model", record, result, num_params=num_params, results={
+    summary = run.summary("language_model", record, result, num_params=num_params, results={
         "vocab_words": len(task.vocab) - 1, "best_epoch": best["epoch"],
         "valid_ppl": best["valid_ppl"], "test_ppl": test["ppl"], "test_nll": test["nll"],
         "test_tokens": int(test["tokens"]), "unigram_test_ppl": task.unigram_test_ppl})
+    run.log(f"{config.model} on {config.dataset}: {summary['steps']} steps, test perplexity "
+            f"{test['ppl']:.2f}, {summary['wall_s']:.0f}s -> {run.root}")
+    return summary
 
 
 if __name__ == "__main__":

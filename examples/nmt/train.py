@@ -33,7 +33,14 @@ import jax
 from textkit import parallel
 from textkit.cli import parse_config, run_main
 from textkit.tasks.translation import TranslationConfig, TranslationTask, choose_final
-from textkit.training import RunDir, create_train_state, ema_params_of, fit, launch
+from textkit.training import (
+    RunDir,
+    create_train_state,
+    ema_params_of,
+    fit,
+    launch,
+    run_writers,
+)
 
 # settings that must not change when a run is resumed (data, vocabulary, model, data order)
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
@@ -54,13 +61,14 @@ def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
             f"{config['model']} on {config['dataset']}: {summary['steps']} steps, "
             f"{summary['num_params']:,} params, {summary['tokens_per_s']:.0f} train tokens/s, "
             f"test BLEU {test['bleu']:.2f} (lowercase {test['bleu_lowercase']:.2f}), "
-            f"{summary['wall_s']:.0f}s -> {run.summary_path}")
+            f"{summary['wall_s']:.0f}s -> {run.root}")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config = parse_config(TranslationConfig, argv, __doc__.splitlines()[0])
     run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,
-                       processes=config.launch, check=RESUME_KEYS, added=ADDED_SINCE)
+                       runs_folder=config.runs_folder, processes=config.launch,
+                       check=RESUME_KEYS, added=ADDED_SINCE)
     task = TranslationTask(config, run)                 # refuses a --max-length too long
     data = {split: task.read_split(split) for split in task.splits}   # train: streamed
     task.prepare(data)
@@ -90,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         place=lambda state: parallel.replicate(state, mesh),
         to_device=lambda batch: parallel.global_batch(batch, mesh),
         count_tokens=task.count_tokens, log=run.log, learning_rate=learning_rate,
-        desc=config.model)
+        writers=run_writers(run.root, tensorboard=config.tensorboard,
+                            main_process=run.main_process), desc=config.model)
     source, params, valid_bleu = choose_final(
         manager, result.state, config.average_last,
         lambda params: task.evaluate(model, params, data["valid"])["bleu"], run.log)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 from textkit._io import write_text_atomic
@@ -39,24 +40,35 @@ from textkit.tasks import translation
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="the --save-dir of a training run")
-    source.add_argument("--pretrained", help="a Marian / OPUS-MT checkpoint directory")
-    p.add_argument("--input", default="-", help="source sentences, one per line (-: stdin)")
-    p.add_argument("--output", default="-", help="translations, one per line (-: stdout)")
-    p.add_argument("--reference", default=None, help="reference file: print BLEU to stderr")
-    p.add_argument("--beam-size", type=int, default=None, help="default: the training run's")
-    p.add_argument("--alpha", type=float, default=None, help="default: the training run's")
-    p.add_argument("--max-length", type=int, default=None,
-                   help="--pretrained: most output tokens, EOS included (default: "
-                        "generation_config.json's max_length - 1)")
-    p.add_argument("--batch-size", type=int, default=None, help="sentences per decode batch")
-    p.add_argument("--quantize", choices=["int8"], default=None,
-                   help="int8 weights and int8 x int8 matmuls (CPU inference)")
-    p.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
-                   help="a source longer than the model's positions: truncate it (warning "
-                        "naming the line) or stop with an error naming the line")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
+                       "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
+    model.add_argument("--pretrained", help="a Marian / OPUS-MT checkpoint directory")
+    data = p.add_argument_group("data")
+    data.add_argument("--input", default="-", help="source sentences, one per line (-: stdin); "
+                      "an empty line gives an empty translation")
+    data.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
+                      help="a source longer than the model's positions: truncate it (warning "
+                           "naming the line) or stop with an error naming the line")
+    decoding = p.add_argument_group("evaluation")
+    decoding.add_argument("--beam-size", type=int, default=None,
+                          help="default: the training run's")
+    decoding.add_argument("--alpha", type=float, default=None,
+                          help="default: the training run's")
+    decoding.add_argument("--max-length", type=int, default=None,
+                          help="--pretrained: most output tokens, EOS included (default: "
+                               "generation_config.json's max_length - 1)")
+    decoding.add_argument("--batch-size", type=int, default=None,
+                          help="sentences per decode batch")
+    decoding.add_argument("--quantize", choices=["int8"], default=None,
+                          help="int8 weights and int8 x int8 matmuls (CPU inference)")
+    decoding.add_argument("--reference", default=None,
+                          help="reference file: print BLEU to stderr")
+    output = p.add_argument_group("output")
+    output.add_argument("--output", default="-",
+                        help="translations, one per line (-: stdout)")
     return p.parse_args(argv)
 
 
@@ -74,9 +86,10 @@ def read_stdin_lines() -> list[str]:
     return texts
 
 
-def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object, str]:
-    """(translator, params, description) of a --pretrained checkpoint directory; the flags
-    given override its generation defaults."""
+def pretrained_translator(args: argparse.Namespace,
+                          ) -> tuple[Translator, object, str, bool]:
+    """(translator, params, description, pretokenized) of a --pretrained checkpoint directory;
+    the flags given override its generation defaults."""
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
@@ -85,11 +98,13 @@ def pretrained_translator(args: argparse.Namespace) -> tuple[Translator, object,
             args.pretrained, on_long_source=args.on_long_source, **options)
     except PretrainedError as err:
         raise SystemExit(f"--pretrained: {err}") from None
-    return translator, params, f"the pretrained checkpoint {args.pretrained}"
+    return translator, params, f"the pretrained checkpoint {args.pretrained}", False
 
 
-def checkpoint_translator(args: argparse.Namespace) -> tuple[Translator, object, str]:
-    """(translator, params, description) of a training run's --save-dir."""
+def checkpoint_translator(args: argparse.Namespace,
+                          ) -> tuple[Translator, object, str, bool]:
+    """(translator, params, description, pretokenized) of a training run's directory
+    (pretokenized: it trained on the toy corpus, tokenised by design)."""
     run = translation.load_trained(args.checkpoint)
     config = run.config
     translator = Translator(
@@ -98,16 +113,17 @@ def checkpoint_translator(args: argparse.Namespace) -> tuple[Translator, object,
         alpha=args.alpha if args.alpha is not None else config["alpha"],
         batch_size=args.batch_size or config["decode_batch_size"],
         on_long_source=args.on_long_source, quantize=args.quantize)
-    return translator, run.params, run.source
+    return translator, run.params, run.source, config.get("dataset") == "toy"
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
     args = parse_args(argv)
+    started = time.perf_counter()
     sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
     if args.pretrained is not None:
-        translator, params, described = pretrained_translator(args)
+        translator, params, described, pretokenized = pretrained_translator(args)
     else:
-        translator, params, described = checkpoint_translator(args)
+        translator, params, described, pretokenized = checkpoint_translator(args)
     translations = translator.translate(params, sources, progress=args.output != "-")
 
     text = "".join(line + "\n" for line in translations)
@@ -120,11 +136,12 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         if len(references) != len(sources):
             raise SystemExit(f"{args.reference} has {len(references)} lines but the input has "
                              f"{len(sources)}")
-        scores = translation.bleu_scores(translations, references)
+        scores = translation.bleu_scores(translations, references, pretokenized=pretokenized)
         print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
         print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
               file=sys.stderr)
-    print(f"translated {len(sources)} sentences with {described}", file=sys.stderr)
+    print(f"translated {len(sources)} sentences with {described} in "
+          f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
     return translations
 
 

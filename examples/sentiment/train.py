@@ -47,7 +47,7 @@ from textkit.tasks.classification import (
     LabelledTexts,
     cross_validate,
 )
-from textkit.training import RunDir, create_train_state, fit
+from textkit.training import RunDir, create_train_state, fit, run_writers
 
 
 def run_fold(task: ClassificationTask, parts: tuple[Any, ...], fold: int,
@@ -64,7 +64,9 @@ def run_fold(task: ClassificationTask, parts: tuple[Any, ...], fold: int,
         state, train_step, task.make_loader(train, train=True, fold=fold), config.fit,
         evaluate=lambda state: {f"test_{k}": v for k, v in task.evaluate(
             model, state.params, test_loader).items()},
-        learning_rate=learning_rate, log=task.log, desc=f"fold {fold}"))
+        learning_rate=learning_rate, log=task.log, desc=f"fold {fold}",
+        writers=run_writers(task.run.root if "test" in task.splits
+                            else task.run.root / f"fold{fold}", tensorboard=config.tensorboard)))
     final = fits[-1].progress.history[-1]
     return FoldResult(fold=fold, accuracy=final["test_accuracy"], loss=final["test_loss"],
                       train_samples=len(train.texts), test_samples=final["test_count"],
@@ -73,8 +75,8 @@ def run_fold(task: ClassificationTask, parts: tuple[Any, ...], fold: int,
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config = parse_config(ClassificationConfig, argv, __doc__.splitlines()[0])
-    run = RunDir(config.save_dir)
-    run.open(config.record(), resume=config.overwrite, check=(), reuse_flag="--overwrite")
+    run = RunDir.start(config.save_dir, config.runs_folder, config.record(),
+                       resume=config.overwrite, check=(), reuse_flag="--overwrite")
     task = ClassificationTask(config, run)
     data = {split: task.read_split(split) for split in task.splits}
     task.prepare(data)
@@ -98,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "policy": config.precision})
     run.log(f"{len(cv.folds)} fold(s): accuracy {100 * cv.accuracy_mean:.2f} ± "
             f"{100 * cv.accuracy_std:.2f} %, {parts[3].num_traces} compiled "
-            f"programs, wall {summary['wall_s']:.1f} s -> {run.summary_path}")
+            f"programs, wall {summary['wall_s']:.1f} s -> {run.root}")
     return summary
 
 

@@ -201,12 +201,18 @@ class Translator:
 
     def translate(self, params: PyTree, texts: Sequence[str], *,
                   progress: bool = False) -> list[str]:
-        """Translate ``texts`` with ``params``; returns detokenized strings in input order."""
-        if not texts:
-            return []
-        sources = self.src_tokenizer.encode(list(texts))
+        """Translate ``texts`` with ``params``; returns detokenized strings in input order, one
+        per text. An empty (or all-whitespace) text translates to ``""`` without decoding."""
+        texts = list(texts)
+        kept = [i for i, text in enumerate(texts) if text.strip()]
+        results = [""] * len(texts)
+        if not kept:
+            return results
+        sources = self.src_tokenizer.encode([texts[i] for i in kept])
         ids = self.translate_ids(params, sources, progress=progress)
-        return list(self.tgt_tokenizer.decode(ids))
+        for index, text in zip(kept, self.tgt_tokenizer.decode(ids)):
+            results[index] = text
+        return results
 
     def translate_ids(self, params: PyTree, sources: Sequence[Sequence[int]], *,
                       progress: bool = False) -> list[list[int]]:

@@ -75,14 +75,26 @@ class TaskConfig:
     precision: str = flag("float32", "precision policy: float32, mixed_bfloat16, "
                           "mixed_float16 or 'params=...,compute=...,output=...'", group="model")
     seed: int = flag(0, "seed of initialisation, data order and dropout", group="training")
-    save_dir: str = flag("runs/run", "the run directory (config, checkpoints, logs, summary)",
-                         group="output")
+    save_dir: str | None = flag(
+        None, "the run directory (config, checkpoints, metrics, logs, summary); default: a new "
+        "<runs folder>/<date-time> directory, linked as <runs folder>/latest (--resume "
+        "without --save-dir continues that one)", group="output")
+    tensorboard: bool = flag(True, "write TensorBoard event files (tensorboardX) beside "
+                             "metrics.jsonl and curves.png", group="output")
     fit: FitConfig = FitConfig(epochs=1)
     launch: LaunchConfig = LaunchConfig()
 
     tiny: ClassVar[Mapping[str, Any]] = {}
     """Settings for a run of seconds on the generated toy data (smaller corpus, batches and
     decoding), beside a model's ``ModelConfig.tiny``: for conformance tests and smoke runs."""
+
+    runs_name: ClassVar[str] = "run"
+    """The runs folder is ``runs/<runs_name>_<dataset>``."""
+
+    @property
+    def runs_folder(self) -> str:
+        """Where runs without ``--save-dir`` go: ``runs/<runs_name>_<dataset>``."""
+        return f"runs/{self.runs_name}_{self.dataset}"
 
     @property
     def overrides(self) -> dict[str, Any]:

@@ -242,7 +242,7 @@ class ClassificationConfig(TaskConfig):
     max_norm: float | None = flag(
         None, "Kim's l2 constraint: rescale each output unit's weight vector to at most this "
         "norm after every update (Kim: 3); off by default", group="training")
-    save_dir: str = flag("runs/sentiment", "the run directory", group="output")
+    runs_name = "sentiment"
     overwrite: bool = flag(False, "replace the run already in --save-dir (it keeps no "
                            "checkpoints)", group="output")
     fit: FitConfig = FitConfig(epochs=10)

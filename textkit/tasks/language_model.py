@@ -346,7 +346,7 @@ class LanguageModelConfig(TaskConfig):
     weight_decay: float = flag(0.0, "weight decay (AdamW, or L2 for SGD)", group="training")
     clip_norm: float = flag(0.25, "clip gradients of the per-token mean loss to this global "
                             "norm (0: off)", group="training")
-    save_dir: str = flag("runs/language_model", "the run directory", group="output")
+    runs_name = "lm"
     fit: FitConfig = FitConfig(epochs=5, eval_each_epoch=True)
 
     tiny: ClassVar[Mapping[str, Any]] = {"toy_sentences": 100, "batch_size": 4, "bptt": 8}

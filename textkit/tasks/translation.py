@@ -65,7 +65,7 @@ from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
 from textkit.training.optim import ema, ema_params_of, learning_rate_of, with_loss_scaling
-from textkit.training.run_dir import RunDir
+from textkit.training.run_dir import RunDir, find_run
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 from textkit.training.train_step import CompiledStep
 
@@ -337,10 +337,10 @@ class TrainedRun(NamedTuple):
 
 
 def load_trained(save_dir: str | Path) -> TrainedRun:
-    """The model and final parameters of the training run in ``save_dir`` (its ``--save-dir``):
-    the config and SentencePiece models it wrote, ``final/`` restored against the model's
-    parameter structure."""
-    run = RunDir(save_dir)
+    """The model and final parameters of the training run in ``save_dir`` (its run directory,
+    or the runs folder whose ``latest`` link names it): the config and SentencePiece models it
+    wrote, ``final/`` restored against the model's parameter structure."""
+    run = RunDir(find_run(save_dir))
     config = run.read_config()
     src_tok, tgt_tok = tokenizers(run, config["joint_spm"])
     model = build_model(
@@ -354,23 +354,28 @@ def load_trained(save_dir: str | Path) -> TrainedRun:
 
 
 # ------------------------------------------------------------------------------------ BLEU
-def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
-    """Cased and lowercased corpus BLEU of detokenized text, with sacreBLEU signatures.
+def bleu_scores(hypotheses: Sequence[str], references: Sequence[str], *,
+                pretokenized: bool = False) -> dict[str, Any]:
+    """Cased and lowercased corpus BLEU of detokenized text (``pretokenized``: tokenised on
+    purpose, see ``corpus_bleu``), with sacreBLEU signatures.
 
     Returns ``{"bleu", "signature", "bleu_lowercase", "signature_lowercase"}``.
     """
-    cased, signature = corpus_bleu(hypotheses, references)
-    lower, signature_lower = corpus_bleu(hypotheses, references, lowercase=True)
+    cased, signature = corpus_bleu(hypotheses, references, pretokenized=pretokenized)
+    lower, signature_lower = corpus_bleu(hypotheses, references, lowercase=True,
+                                         pretokenized=pretokenized)
     return {"bleu": cased, "signature": signature, "bleu_lowercase": lower,
             "signature_lowercase": signature_lower}
 
 
 def translate_and_score(translator: Translator, params: Params,
-                        pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+                        pairs: Sequence[tuple[str, str]], *,
+                        pretokenized: bool = False) -> dict[str, Any]:
     """``bleu_scores`` of ``translator.translate(params, sources)`` against the targets, plus
     the ``hypotheses``. Run on every process, each on its own copy of ``params``."""
     hypotheses = translator.translate(params, [s for s, _ in pairs])
-    return {**bleu_scores(hypotheses, [t for _, t in pairs]), "hypotheses": hypotheses}
+    return {**bleu_scores(hypotheses, [t for _, t in pairs], pretokenized=pretokenized),
+            "hypotheses": hypotheses}
 
 
 def choose_final(manager: CheckpointManager, target: Any, average_last: int,
@@ -471,7 +476,7 @@ class TranslationConfig(TaskConfig):
     decode_batch_size: int = flag(64, "sentences per decoding batch", group="evaluation")
     average_last: int = flag(1, "average the last N checkpoints at the end if that validates "
                              "better (1: none)", group="evaluation")
-    save_dir: str = flag("runs/nmt_toy", "the run directory", group="output")
+    runs_name = "nmt"
     fit: FitConfig = FitConfig(epochs=8, eval_every=500)
 
     tiny: ClassVar[Mapping[str, Any]] = {
@@ -565,6 +570,9 @@ class TranslationTask(Task):
         """The tokenizers: a pretrained checkpoint's (``--init-from``), or SentencePiece
         trained on the train split and cached in the run directory."""
         config = self.config
+        if config.dataset == "toy":
+            self.log("the toy corpus is tokenised by design (spaces around punctuation): "
+                     "sacreBLEU scores it as it is, without its detokenisation warning")
         if config.init_from:
             self.pretrained = init_from(config.init_from, config.precision,
                                         config.model_overrides)
@@ -649,7 +657,8 @@ class TranslationTask(Task):
     def score(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, Any]:
         """``translate_and_score``: BLEU with signatures and the hypotheses. Every process
         decodes everything itself, on its own copy of ``params``."""
-        return translate_and_score(self.translator(model), parallel.local_copy(params), data)
+        return translate_and_score(self.translator(model), parallel.local_copy(params), data,
+                                   pretokenized=self.config.dataset == "toy")
 
     def evaluate(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, float]:
         scores = self.score(model, params, data)

@@ -18,7 +18,7 @@ from textkit.training.optim import (
     with_learning_rate,
     with_loss_scaling,
 )
-from textkit.training.run_dir import RunDir, launch
+from textkit.training.run_dir import RunDir, find_run, launch
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 from textkit.training.train_step import (
     CompiledStep,
@@ -27,12 +27,13 @@ from textkit.training.train_step import (
     make_eval_step,
     make_train_step,
 )
+from textkit.training.writers import MetricWriter, run_writers
 
 __all__ = [
-    "CheckpointManager", "CompiledStep", "FitConfig", "FitResult", "Progress", "RunDir",
-    "TrainState",
-    "average_checkpoints", "corpus_bleu", "create_train_state", "cross_entropy", "ema",
-    "ema_params_of", "fit", "freeze", "inverse_sqrt_schedule", "launch", "learning_rate_of",
-    "make_eval_step", "make_train_step", "max_norm", "perplexity", "scale_by_budget_schedule",
-    "smoothing_entropy", "with_learning_rate", "with_loss_scaling",
+    "CheckpointManager", "CompiledStep", "FitConfig", "FitResult", "MetricWriter", "Progress",
+    "RunDir", "TrainState", "average_checkpoints", "corpus_bleu", "create_train_state",
+    "cross_entropy", "ema", "ema_params_of", "find_run", "fit", "freeze", "inverse_sqrt_schedule",
+    "launch", "learning_rate_of", "make_eval_step", "make_train_step", "max_norm", "perplexity",
+    "run_writers", "scale_by_budget_schedule", "smoothing_entropy", "with_learning_rate",
+    "with_loss_scaling",
 ]

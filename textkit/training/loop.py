@@ -19,7 +19,7 @@ import dataclasses
 import math
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -132,6 +132,7 @@ class _Loop:
     on_epoch_end: Callable[[Any, dict[str, Any], list[dict[str, Any]]], Any] | None
     learning_rate: Callable[[Any], float] | None
     log: Callable[[str], None]
+    writers: Sequence[Any] = ()
     progress: Progress = dataclasses.field(default_factory=Progress)
     window: list[tuple[Any, Any, Any]] = dataclasses.field(default_factory=list)
     window_start: float = 0.0
@@ -139,6 +140,7 @@ class _Loop:
     out_of_time: bool = False
     compiled: bool = False     # the first step (trace + compile) has been timed
     rate_origin: tuple[int, float] | None = None   # (step, training seconds) after compiling
+    window_stats: dict[str, float] = dataclasses.field(default_factory=dict)
     place: Callable[[Any], Any] = lambda state: state
 
     @property
@@ -224,6 +226,12 @@ class _Loop:
         self.progress.last_loss = float(losses[-1])
         total = float(tokens.sum())
         self.progress.tokens += total
+        good = np.isfinite(losses) & np.isfinite(norms)
+        self.window_stats = {"loss": float(losses[good].mean()) if good.any() else math.nan,
+                             "grad_norm": float(norms[good][-1]) if good.any() else math.nan}
+        if np.any(scales != 1.0):               # under loss scaling (float16)
+            self.window_stats.update(loss_scale=float(scales[-1]),
+                                     skipped_steps=float(self.progress.skipped_total))
         return total
 
     def non_finite_message(self, step: int, loss: float, norm: float, scale: float) -> str:
@@ -252,6 +260,7 @@ def fit(
     on_epoch_end: Callable[[Any, dict[str, Any], list[dict[str, Any]]], Any] | None = None,
     learning_rate: Callable[[Any], float] | None = None,
     log: Callable[[str], None] | None = None,
+    writers: Sequence[Any] = (),
     desc: str = "train",
 ) -> FitResult:
     """Train ``state`` with ``train_step`` over ``loader`` as ``config`` says: until
@@ -274,14 +283,19 @@ def fit(
     (device placement). The time budget counts training time only and is checked every
     ``config.log_every`` steps. ``learning_rate(state)`` feeds the progress bar; ``log``
     prints messages (default: process 0, through tqdm); ``desc`` names the bar.
+    ``writers`` (``textkit.training.writers.MetricWriter``: ``metrics.jsonl``, TensorBoard,
+    curves, your own) get a row at every log point (loss, learning rate, tokens/s, gradient
+    norm, loss scale and skipped steps under loss scaling) and every evaluation.
     """
     main = parallel.is_main_process()
     loop = _Loop(config, train_step, loader, evaluate, checkpoints, to_device, initial_carry,
                  count_tokens, on_epoch_end, learning_rate,
-                 log or (lambda message: main and tqdm.write(message)))
+                 log or (lambda message: main and tqdm.write(message)), writers)
     loop.place = place
     if config.resume and checkpoints is not None and checkpoints.latest_step() is not None:
         state = place(_restore(loop, state))
+    for writer in writers:
+        writer.start(loop.progress.step)
     state = _plan_schedule(loop, state)
     bar = tqdm(total=loop.total_steps, initial=min(loop.progress.step, loop.total_steps),
                unit="step", desc=desc, disable=not (main and config.progress),
@@ -292,6 +306,8 @@ def fit(
             state = _run_epoch(loop, state, bar)
     finally:
         bar.close()
+        for writer in writers:
+            writer.close()
     if checkpoints is not None:
         checkpoints.wait_until_finished()
     stopped_by = ("time_budget" if loop.out_of_time
@@ -364,11 +380,15 @@ def _plan_schedule(loop: _Loop, state: Any) -> Any:
 def _log_point(loop: _Loop, state: Any, bar: tqdm) -> None:
     tokens = loop.read_window()
     now = time.perf_counter()
-    postfix = {"loss": f"{loop.progress.last_loss:.3f}",
-               "tok_s": f"{tokens / max(now - loop.window_start, 1e-9):,.0f}"}
+    rate = tokens / max(now - loop.window_start, 1e-9)
+    postfix = {"loss": f"{loop.progress.last_loss:.3f}", "tok_s": f"{rate:,.0f}"}
+    row = {**loop.window_stats, "tokens_per_s": rate}
     if loop.learning_rate is not None:
-        postfix["lr"] = f"{loop.learning_rate(state):.3g}"
+        row["learning_rate"] = loop.learning_rate(state)
+        postfix["lr"] = f"{row['learning_rate']:.3g}"
     bar.set_postfix(postfix)
+    for writer in loop.writers:
+        writer.write("train", loop.progress.step, loop.progress.epoch, row)
     loop.window_start = now
     elapsed = loop.progress.train_s + now - loop.segment_start
     if loop.time_budget_s is not None and parallel.main_process_decides(
@@ -390,6 +410,9 @@ def _evaluate_and_save(loop: _Loop, state: Any, *, epoch_end: bool) -> Any:
     if epoch_end and loop.on_epoch_end is not None:
         state = loop.on_epoch_end(state, record, progress.history)
     progress.history.append(record)
+    for writer in loop.writers:
+        writer.write("eval", progress.step, progress.epoch,
+                     {k: v for k, v in record.items() if k not in ("step", "epoch")})
     loop.log(f"step {progress.step} (epoch {progress.epoch}): " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
         if k not in ("step", "epoch")))

@@ -13,8 +13,12 @@ def corpus_bleu(
     references: Sequence[str] | Sequence[Sequence[str]],
     lowercase: bool = False,
     tokenize: str = "13a",
+    pretokenized: bool = False,
 ) -> tuple[float, str]:
     """Corpus BLEU of detokenized ``hypotheses`` and sacreBLEU's signature string.
+
+    ``pretokenized``: the text is tokenised on purpose (e.g. the toy corpus); sacreBLEU then
+    scores it the same way but does not warn that it looks tokenised (its ``force``).
 
     ``references`` is one reference per hypothesis (``list[str]``) or, for several references,
     one list per hypothesis (``references[i]`` are the references of ``hypotheses[i]``, the same
@@ -38,7 +42,7 @@ def corpus_bleu(
                 "references must be all strings or all lists with the same number of "
                 f"references per hypothesis; got reference counts {sorted(counts)}")
         streams = [list(stream) for stream in zip(*references)]
-    bleu = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize)
+    bleu = sacrebleu.BLEU(lowercase=lowercase, tokenize=tokenize, force=pretokenized)
     score = bleu.corpus_score(hypotheses, streams)
     return float(score.score), str(bleu.get_signature())
 

@@ -31,21 +31,67 @@ from textkit._io import write_json_atomic, write_text_atomic
 from textkit.errors import RunDirError
 from textkit.training.checkpoint import CheckpointManager
 
-__all__ = ["RunDir", "launch"]
+__all__ = ["LATEST", "RunDir", "find_run", "launch", "run_directory"]
 
 
-def launch(save_dir: str | Path, config: Mapping[str, Any], *, resume: bool,
+LATEST = "latest"
+"""The link in a recipe's runs folder to its newest run directory."""
+
+
+def find_run(path: str | Path) -> Path:
+    """``path``, or the run its ``latest`` link points at when ``path`` is a runs folder
+    (holds no ``config.json`` but a ``latest`` link)."""
+    path = Path(path)
+    if not (path / "config.json").is_file() and (path / LATEST).exists():
+        return (path / LATEST).resolve()
+    return path
+
+
+def run_directory(save_dir: str | Path | None, runs_folder: str | Path, *,
+                  resume: bool) -> Path:
+    """Where a run goes: ``save_dir`` when given; else with ``resume`` the newest run of
+    ``runs_folder`` (its ``latest`` link), and otherwise a new ``<runs_folder>/<date-time>``
+    directory (the time of process 0, so every process picks the same one)."""
+    if save_dir is not None:
+        return Path(save_dir)
+    folder = Path(runs_folder)
+    if resume:
+        if not (folder / LATEST).exists():
+            raise RunDirError(f"--resume without --save-dir continues the newest run of "
+                              f"{folder}, but {folder / LATEST} does not exist")
+        return (folder / LATEST).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(
+        parallel.main_process_value(int(time.time()))))
+    path, number = folder / stamp, 1
+    while path.exists():
+        number += 1
+        path = folder / f"{stamp}-{number}"
+    return path
+
+
+def _link_latest(run: Path) -> None:
+    """Point ``<run's folder>/latest`` at ``run`` (replaced atomically)."""
+    link = run.parent / LATEST
+    partial = run.parent / f".{LATEST}.partial"
+    partial.unlink(missing_ok=True)
+    partial.symlink_to(run.name, target_is_directory=True)
+    partial.replace(link)
+
+
+def launch(save_dir: str | Path | None, config: Mapping[str, Any], *, resume: bool,
+           runs_folder: str | Path = "runs/run",
            processes: parallel.LaunchConfig | None = None,
            check: Iterable[str] | None = None, added: Mapping[str, Any] | None = None,
            ) -> tuple[RunDir, jax.sharding.Mesh]:
     """A recipe's start: join the other processes (``processes``: the first JAX call), build
-    the device mesh, and open ``save_dir`` for ``config`` (``RunDir.open`` with ``resume``,
-    ``check`` and ``added``). Returns ``(run, mesh)``."""
+    the device mesh, and open the run directory (``run_directory``: ``save_dir``, or a new
+    one under ``runs_folder`` linked as its ``latest``) for ``config`` (``RunDir.open`` with
+    ``resume``, ``check`` and ``added``). Returns ``(run, mesh)``."""
     processes = processes or parallel.LaunchConfig()
     parallel.initialize(processes.coordinator, processes.num_processes, processes.process_id)
     mesh = parallel.make_mesh()
-    run = RunDir(save_dir, main_process=parallel.is_main_process())
-    run.open(config, resume=resume, check=check, added=added)
+    run = RunDir.start(save_dir, runs_folder, config, resume=resume, check=check, added=added,
+                       main_process=parallel.is_main_process())
     return run, mesh
 
 
@@ -59,6 +105,22 @@ class RunDir:
 
     def __post_init__(self):
         self.root = Path(self.root)
+
+    @classmethod
+    def start(cls, save_dir: str | Path | None, runs_folder: str | Path,
+              config: Mapping[str, Any], *, resume: bool, main_process: bool = True,
+              check: Iterable[str] | None = None, reuse_flag: str = "--resume",
+              added: Mapping[str, Any] | None = None) -> RunDir:
+        """The run directory of a recipe (``run_directory``), opened for ``config``
+        (``open``); a new directory under ``runs_folder`` becomes its ``latest``. Logs where
+        the run goes."""
+        root = run_directory(save_dir, runs_folder, resume=resume)
+        run = cls(root, main_process=main_process)
+        run.open(config, resume=resume, check=check, reuse_flag=reuse_flag, added=added)
+        if save_dir is None and main_process and not resume:
+            _link_latest(root)
+        run.log(f"run directory: {root}")
+        return run
 
     @property
     def config_path(self) -> Path:
