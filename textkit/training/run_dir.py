@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,12 +39,17 @@ LATEST = "latest"
 """The link in a recipe's runs folder to its newest run directory."""
 
 
+def _latest(folder: Path) -> Path:
+    """The run ``<folder>/latest`` links to, named under ``folder`` (as the user named it)."""
+    return folder / os.readlink(folder / LATEST)
+
+
 def find_run(path: str | Path) -> Path:
     """``path``, or the run its ``latest`` link points at when ``path`` is a runs folder
     (holds no ``config.json`` but a ``latest`` link)."""
     path = Path(path)
-    if not (path / "config.json").is_file() and (path / LATEST).exists():
-        return (path / LATEST).resolve()
+    if not (path / "config.json").is_file() and (path / LATEST).is_symlink():
+        return _latest(path)
     return path
 
 
@@ -56,10 +62,10 @@ def run_directory(save_dir: str | Path | None, runs_folder: str | Path, *,
         return Path(save_dir)
     folder = Path(runs_folder)
     if resume:
-        if not (folder / LATEST).exists():
+        if not (folder / LATEST).is_symlink():
             raise RunDirError(f"--resume without --save-dir continues the newest run of "
                               f"{folder}, but {folder / LATEST} does not exist")
-        return (folder / LATEST).resolve()
+        return _latest(folder)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(
         parallel.main_process_value(int(time.time()))))
     path, number = folder / stamp, 1
