@@ -156,8 +156,10 @@ def hf_config(config: EncoderConfig) -> dict[str, Any]:
         return {**common, "dim": config.hidden_size, "n_layers": config.num_layers,
                 "n_heads": config.num_heads, "hidden_dim": config.intermediate_size,
                 "activation": config.activation, "dropout": config.dropout,
-                "attention_dropout": config.attention_dropout, "seq_classif_dropout": dropout,
-                "qa_dropout": dropout, "sinusoidal_pos_embds": False}
+                "attention_dropout": config.attention_dropout,
+                "seq_classif_dropout": dropout if config.head == "sequence_classification"
+                else 0.2, "qa_dropout": dropout if config.head == "question_answering" else 0.1,
+                "sinusoidal_pos_embds": False}
     hf = {**common, "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
           "num_attention_heads": config.num_heads,
           "intermediate_size": config.intermediate_size, "hidden_act": config.activation,
