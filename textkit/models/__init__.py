@@ -7,6 +7,7 @@ package: ``textkit.models`` imports neither).
 
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
 from textkit.models.config import ModelConfig, max_positions, parse_overrides
+from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
 from textkit.models.registry import (
@@ -20,7 +21,8 @@ from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
-    "AWDLSTMLM", "AWDLSTMLMConfig", "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
+    "AWDLSTMLM", "AWDLSTMLMConfig", "Encoder", "EncoderConfig", "GNMT", "GNMTConfig", "LSTMLM",
+    "LSTMLMConfig",
     "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "config_class",
     "get_model", "list_models", "max_positions", "parse_overrides", "register_model",

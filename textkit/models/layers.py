@@ -284,6 +284,7 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": jax.nn.relu,
     "gelu": functools.partial(jax.nn.gelu, approximate=False),   # erf form (torch's default)
     "gelu_new": functools.partial(jax.nn.gelu, approximate=True),  # tanh approximation
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),  # the same
     "swish": jax.nn.silu,
     "silu": jax.nn.silu,
 }

@@ -132,6 +132,9 @@ class TransformerLayer(nn.Module):
     policy: Policy = Policy()
     activation: str = "relu"
     layer_norm_epsilon: float = 1e-6
+    ff_dropout: float | None = None
+    """Dropout between the feed-forward's two matmuls (None: ``dropout``; BERT-style encoders
+    have none there)."""
 
     def setup(self):
         attention = dict(num_heads=self.num_heads, d_model=self.d_model, policy=self.policy,
@@ -142,7 +145,8 @@ class TransformerLayer(nn.Module):
         if self.cross:
             self.cross_attention = MultiHeadAttention(cross=True, **attention)
             self.cross_norm = LayerNorm(**norm)
-        self.feed_forward = FeedForward(self.d_ff, self.dropout, self.policy, self.activation)
+        ff_dropout = self.dropout if self.ff_dropout is None else self.ff_dropout
+        self.feed_forward = FeedForward(self.d_ff, ff_dropout, self.policy, self.activation)
         self.ff_norm = LayerNorm(**norm)
         self.drop = Dropout(self.dropout)
 

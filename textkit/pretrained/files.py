@@ -48,7 +48,27 @@ def unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchit
 
 
 def read_tensors(root: Path) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors as float32 numpy arrays (safetensors, else torch's .bin)."""
+    """The checkpoint's tensors as float32 numpy arrays: ``model.safetensors``, sharded
+    safetensors (``model.safetensors.index.json`` and the shards its ``weight_map`` names),
+    else torch's ``pytorch_model.bin`` (only when torch is installed)."""
+    index = root / "model.safetensors.index.json"
+    if not (root / "model.safetensors").is_file() and index.is_file():
+        from safetensors.numpy import load_file
+
+        try:
+            shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
+            raise NotCheckpointError(f"{index}: not a safetensors index with a weight_map "
+                                     f"({err!r})") from None
+        missing = [name for name in shards if not (root / name).is_file()]
+        if missing:
+            raise MissingFileError(f"{root} is missing the shards {', '.join(missing)} named "
+                                   f"by {index.name}")
+        tensors: dict[str, np.ndarray] = {}
+        for name in shards:
+            tensors.update({k: v.astype(np.float32)
+                            for k, v in load_file(str(root / name)).items()})
+        return tensors
     path = root / "model.safetensors"
     if path.is_file():
         from safetensors.numpy import load_file

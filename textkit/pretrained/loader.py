@@ -16,21 +16,26 @@ from pathlib import Path
 from typing import Any
 
 from textkit.decoding import Translator
-from textkit.pretrained import marian
+from textkit.pretrained import encoders, marian
 from textkit.pretrained.errors import UnsupportedArchitectureError
 from textkit.pretrained.files import read_config, unsupported
 
-__all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator"]
+__all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator",
+           "save_pretrained"]
 
 PyTree = Any
 
-LOADERS: dict[str, Callable[..., Any]] = {"marian": marian.load}
+LOADERS: dict[str, Callable[..., Any]] = {"marian": marian.load,
+                                          **dict.fromkeys(encoders.MODEL_TYPES, encoders.load)}
 """``config.json`` ``model_type`` -> ``loader(root: Path, config: dict, **overrides)``."""
 
 
 def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
     """Load a checkpoint directory by its ``config.json`` ``model_type`` (``LOADERS``).
 
+    An encoder checkpoint (``model_type`` bert, roberta, xlm-roberta, electra, distilbert)
+    gives ``PretrainedEncoder(model, params, tokenizer)``: an ``Encoder`` with the head of
+    ``architectures``, its params and an ``EncoderTokenizer`` (``pretrained.encoders``).
     A translation checkpoint (Marian / OPUS-MT) gives ``Pretrained(model, params,
     src_tokenizer, tgt_tokenizer)``: a ``Transformer``, its params (float32 numpy arrays in the
     model's tree) and the two ``MarianTokenizer`` sides. ``overrides`` replace model config
@@ -50,6 +55,17 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
                           f"textkit loads {sorted(LOADERS)} checkpoints (architectures: "
                           f"{config.get('architectures')})")
     return loader(root, config, **overrides)
+
+
+def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.PathLike,
+                    **options: Any) -> Path:
+    """Write ``model`` / ``params`` and its tokenizer(s) as a Hugging Face checkpoint directory
+    (replaced atomically) that transformers loads: an ``Encoder`` with its ``EncoderTokenizer``
+    (``encoders.save_pretrained``), a Marian-shaped ``Transformer`` with its ``(src, tgt)``
+    ``MarianTokenizer``s (``marian.save_pretrained``; ``options``: ``generation``)."""
+    if isinstance(model, encoders.Encoder):
+        return encoders.save_pretrained(model, params, tokenizers, path, **options)
+    return marian.save_pretrained(model, params, tokenizers, path, **options)
 
 
 def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator, PyTree]:

@@ -1,0 +1,396 @@
+"""Encoder checkpoints (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT): outputs, precision,
+load / save, tokenizers (no network, no torch).
+
+The fixtures in ``tests/fixtures/encoders`` were made by ``tools/make_tiny_encoders.py`` with
+transformers: one random checkpoint per family and head, its ``reference.npz`` (transformers'
+fp32 outputs on a padded batch of sentences and of sentence pairs) and, in ``tokenizers/``,
+transformers' fast-tokenizer ids, type ids and offsets on the generated texts of
+``tokenizers/texts.json``. That script's ``--check`` (run by hand, with torch) loads textkit's
+exports with transformers; here the exports are checked tensor by tensor against the fixtures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from textkit.models import EncoderConfig, get_model, list_models
+from textkit.pretrained import (
+    EncoderTokenizer,
+    MissingFileError,
+    PretrainedEncoder,
+    PretrainedError,
+    UnsupportedArchitectureError,
+    load_pretrained,
+    save_pretrained,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "encoders"
+REAL = ROOT.parent / "shared" / "data" / "tokenizers"
+NAMES = sorted(d.name for d in FIXTURES.iterdir() if (d / "config.json").is_file())
+MODEL_TYPE = {"bert": "bert", "roberta": "roberta", "xlm_roberta": "xlm-roberta",
+              "electra": "electra", "distilbert": "distilbert"}
+ATOL = 1e-5
+
+
+def reference(name: str) -> dict[str, dict[str, np.ndarray]]:
+    """{batch: {name: array}} of a fixture's reference.npz."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(FIXTURES / name / "reference.npz") as data:
+        for key in data.files:
+            batch, field = key.split("/")
+            out.setdefault(batch, {})[field] = data[key]
+    return out
+
+
+def split(arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    inputs = {k: v for k, v in arrays.items() if k.endswith("_ids") or k == "attention_mask"}
+    return inputs, {k: v for k, v in arrays.items() if k not in inputs}
+
+
+_LOADED: dict[str, PretrainedEncoder] = {}
+
+
+def loaded(name: str) -> PretrainedEncoder:
+    if name not in _LOADED:
+        _LOADED[name] = load_pretrained(FIXTURES / name)
+    return _LOADED[name]
+
+
+def run(model, params, inputs, **kwargs) -> dict:
+    out = model.apply({"params": params}, **{k: jnp.asarray(v) for k, v in inputs.items()},
+                      **kwargs)
+    if "hidden_states" in out:
+        out = {**out, "hidden_states": jnp.stack(out["hidden_states"])}
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+# ------------------------------------------------------------------------------- fixtures
+def test_fixtures_are_small():
+    size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    assert size < 6_000_000
+    assert len(NAMES) == 26
+
+
+def test_every_family_and_head_has_a_fixture():
+    heads = {name.rsplit("_", 1)[1] for name in NAMES}
+    assert heads == {"model", "mlm", "pretraining", "seqcls", "tokcls", "qa"}
+    assert {name.rsplit("_", 1)[0] for name in NAMES} == set(MODEL_TYPE)
+
+
+# --------------------------------------------------------------------------------- outputs
+@pytest.mark.parametrize("name", NAMES)
+def test_outputs_match_transformers(name):
+    model, params, tokenizer = loaded(name)
+    assert isinstance(model.config, EncoderConfig)
+    for batch, arrays in reference(name).items():
+        inputs, expected = split(arrays)
+        out = run(model, params, inputs, output_hidden_states="hidden_states" in expected)
+        assert set(expected) <= set(out), (batch, sorted(out))
+        for key, want in expected.items():
+            assert out[key].shape == want.shape, (batch, key)
+            assert out[key].dtype == np.float32
+            np.testing.assert_allclose(out[key], want, rtol=0, atol=ATOL, err_msg=f"{batch}/{key}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tokenizer_gives_the_reference_batch(name):
+    _, _, tokenizer = loaded(name)
+    meta = json.loads((FIXTURES / name / "reference.json").read_text("utf-8"))
+    for batch, arrays in reference(name).items():
+        texts, pairs = ((meta["single"], None) if batch == "single" else
+                        ([a for a, _ in meta["pairs"]], [b for _, b in meta["pairs"]]))
+        got = tokenizer.encode_batch(texts, pairs)
+        inputs, _ = split(arrays)
+        assert list(got) == [k for k in ("input_ids", "token_type_ids", "attention_mask")
+                             if k in inputs]
+        for key, want in inputs.items():
+            assert got[key].dtype == np.int32
+            np.testing.assert_array_equal(got[key], want, err_msg=f"{name} {batch}/{key}")
+
+
+PRECISION_TOLERANCE = {"mixed_bfloat16": 0.15, "mixed_float16": 0.02}
+"""Max abs difference of the logits from float32 (measured: bf16 <= 0.11, fp16 <= 0.015 on
+masked-LM logits of magnitude ~10; <= 0.035 / 0.0035 on the other heads)."""
+
+
+def _decisions(key: str, logits: np.ndarray, mask: np.ndarray, name: str):
+    """(decision per position, float32 margin of that decision) of one output."""
+    if "pretraining" in name:                      # replaced-token scores: the sign decides
+        return (logits > 0)[mask], np.abs(logits)[mask]
+    if key in ("start_logits", "end_logits"):      # a span position over the real tokens
+        logits = np.where(mask, logits, -np.inf)
+    top = np.sort(logits, axis=-1)
+    margin = top[..., -1] - top[..., -2]
+    choice = logits.argmax(-1)
+    if logits.ndim == 3:                           # per token: real positions only
+        return choice[mask], margin[mask]
+    return choice, margin
+
+
+@pytest.mark.parametrize("policy", sorted(PRECISION_TOLERANCE))
+@pytest.mark.parametrize("name", [n for n in NAMES if not n.endswith("_model")])
+def test_mixed_precision_agrees_with_float32(name, policy):
+    """Logits within the stated tolerance, and the same argmax on >= 99 % of the positions
+    whose float32 decision is not a tie at that precision (top-two margin > twice the largest
+    difference measured on that output).
+    Random-weight models have near-ties that any rounding flips: over all positions, bf16
+    agrees on 93.9 % of bert_mlm's and electra_mlm's tokens and 98.0 % of distilbert_mlm's
+    (392-way), fp16 on 98.0 % of bert_mlm's, every other head 100 % (measured 2026-11-24)."""
+    model32, params, _ = loaded(name)
+    model = type(model32)(dataclasses.replace(model32.config, policy=policy))
+    tolerance = PRECISION_TOLERANCE[policy]
+    agree, decisive = [], []
+    for arrays in reference(name).values():
+        inputs, _ = split(arrays)
+        full, low = run(model32, params, inputs), run(model, params, inputs)
+        mask = inputs["attention_mask"].astype(bool)
+        for key in full:
+            assert low[key].dtype == np.float32
+            error = np.abs(full[key] - low[key]).max()
+            assert error <= tolerance, key
+            choice, margin = _decisions(key, full[key], mask, name)
+            agree.append(choice == _decisions(key, low[key], mask, name)[0])
+            decisive.append(margin > 2 * error)
+    agree, decisive = np.concatenate(agree), np.concatenate(decisive)
+    assert decisive.mean() >= 0.5
+    assert agree[decisive].mean() >= 0.99
+
+
+def test_training_mode_dropout_and_gradient_checkpointing():
+    model, params, tokenizer = loaded("bert_seqcls")
+    batch = tokenizer.encode_batch(["a short text", "and another one here"])
+    inputs = {k: jnp.asarray(v) for k, v in batch.items()}
+    rngs = {"dropout": jax.random.PRNGKey(0)}
+    eval_out = model.apply({"params": params}, **inputs)["logits"]
+    train_out = model.apply({"params": params}, **inputs, deterministic=False, rngs=rngs)
+    assert not np.allclose(eval_out, train_out["logits"])
+    remat = type(model)(dataclasses.replace(model.config, gradient_checkpointing=True))
+
+    def loss(m, p):
+        return m.apply({"params": p}, **inputs, deterministic=False, rngs=rngs)["logits"].sum()
+
+    g1, g2 = jax.grad(lambda p: loss(model, p))(params), jax.grad(lambda p: loss(remat, p))(params)
+    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_are_checked():
+    model, params, _ = loaded("distilbert_model")
+    ids = jnp.ones((1, 4), jnp.int32)
+    with pytest.raises(ValueError, match="no token types"):
+        model.apply({"params": params}, ids, token_type_ids=jnp.zeros_like(ids))
+    with pytest.raises(ValueError, match="max_len"):
+        model.apply({"params": params}, jnp.ones((1, 65), jnp.int32))
+    model, params, _ = loaded("roberta_model")
+    assert model.config.max_positions == 64            # 66 - (pad_id 1) - 1
+    with pytest.raises(ValueError, match="outside"):
+        model.apply({"params": params}, jnp.full((1, 3), 10_000, jnp.int32))
+
+
+def test_presets():
+    names = list_models("encoder")
+    assert {"bert_base_uncased", "bert_mini", "roberta_base", "xlm_roberta_base",
+            "electra_base_discriminator", "distilbert_base_uncased"} <= set(names)
+    ids = jnp.ones((2, 8), jnp.int32)
+    for name in names:
+        model = get_model(name, **EncoderConfig.tiny)
+        shapes = jax.eval_shape(lambda k, m=model: m.init(k, ids), jax.random.PRNGKey(0))
+        assert shapes["params"]
+    mini = get_model("bert_mini").config
+    assert (mini.num_layers, mini.hidden_size, mini.num_heads) == (4, 256, 4)
+
+
+# ------------------------------------------------------------------------------ load / save
+@pytest.mark.parametrize("name", NAMES)
+def test_export_matches_the_fixture_tensor_by_tensor(name, tmp_path):
+    model, params, tokenizer = loaded(name)
+    out = save_pretrained(model, params, tokenizer, tmp_path / name)
+    original, exported = (load_file(str(d / "model.safetensors")) for d in (FIXTURES / name, out))
+    assert sorted(exported) == sorted(original)
+    for key, want in original.items():
+        assert exported[key].shape == want.shape, key
+        np.testing.assert_array_equal(exported[key], want, err_msg=key)
+    config, ours = (json.loads((d / "config.json").read_text()) for d in (FIXTURES / name, out))
+    for key, value in ours.items():
+        if key in config and key not in ("classifier_dropout",):
+            assert config[key] == value, key
+    again = load_pretrained(out)
+    assert again.model.config == model.config
+    leaves = zip(jax.tree_util.tree_leaves_with_path(again.params),
+                 jax.tree_util.tree_leaves_with_path(params))
+    for (path, a), (path_b, b) in leaves:
+        assert path == path_b
+        np.testing.assert_array_equal(a, b)
+    texts = ["Hello world!", "naïve café 中文 😀"]
+    assert {k: v.tolist() for k, v in again.tokenizer.encode_batch(texts).items()} == \
+        {k: v.tolist() for k, v in tokenizer.encode_batch(texts).items()}
+
+
+def test_sharded_safetensors(tmp_path):
+    source = FIXTURES / "bert_seqcls"
+    target = tmp_path / "sharded"
+    shutil.copytree(source, target)
+    tensors = load_file(str(target / "model.safetensors"))
+    (target / "model.safetensors").unlink()
+    keys = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": keys[::2],
+              "model-00002-of-00002.safetensors": keys[1::2]}
+    for file, names in shards.items():
+        save_file({k: tensors[k] for k in names}, str(target / file))
+    index = {"metadata": {}, "weight_map": {k: f for f, ns in shards.items() for k in ns}}
+    (target / "model.safetensors.index.json").write_text(json.dumps(index))
+    a, b = load_pretrained(target).params, loaded("bert_seqcls").params
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    (target / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(MissingFileError, match="00002"):
+        load_pretrained(target)
+
+
+def test_new_head_for_fine_tuning():
+    with pytest.warns(UserWarning, match="initialised at random"):
+        model, params, _ = load_pretrained(FIXTURES / "bert_model",
+                                           head="sequence_classification", num_labels=4)
+    body = loaded("bert_model").params
+    np.testing.assert_array_equal(params["layer_1"]["ff_norm"]["norm"]["scale"],
+                                  body["layer_1"]["ff_norm"]["norm"]["scale"])
+    np.testing.assert_array_equal(params["pooler"]["kernel"], body["pooler"]["kernel"])
+    assert params["classifier"]["kernel"].shape == (32, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_pretrained(FIXTURES / "bert_seqcls", policy="mixed_bfloat16")
+
+
+def _edited(tmp_path: Path, name: str, **changes) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    config = json.loads((target / "config.json").read_text())
+    config.update(changes)
+    (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
+@pytest.mark.parametrize("name,changes,key", [
+    ("bert_model", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
+    ("bert_model", {"architectures": ["BertForNextSentencePrediction"]}, "architectures"),
+    ("bert_model", {"hidden_act": "mish"}, "hidden_act"),
+    ("distilbert_model", {"sinusoidal_pos_embds": True}, "sinusoidal_pos_embds"),
+    ("roberta_mlm", {"tie_word_embeddings": False}, "tie_word_embeddings"),
+    ("bert_model", {"architectures": ["BertForPreTraining"]}, "architectures"),
+])
+def test_unsupported_options_are_named_errors(tmp_path, name, changes, key):
+    with pytest.raises(UnsupportedArchitectureError, match=key) as info:
+        load_pretrained(_edited(tmp_path, name, **changes))
+    assert isinstance(info.value, PretrainedError)
+
+
+def test_missing_files_are_named(tmp_path):
+    target = _edited(tmp_path, "bert_seqcls")
+    (target / "vocab.txt").unlink()
+    with pytest.raises(MissingFileError, match="vocab.txt"):
+        load_pretrained(target)
+    target = _edited(tmp_path, "roberta_model")
+    (target / "model.safetensors").unlink()
+    with pytest.raises(MissingFileError, match="model.safetensors"):
+        load_pretrained(target)
+    target = _edited(tmp_path, "electra_qa", vocab_size=100)
+    with pytest.raises(PretrainedError, match="vocab"):
+        load_pretrained(target)
+
+
+# ------------------------------------------------------------------------------ tokenizers
+TEXTS = json.loads((FIXTURES / "tokenizers" / "texts.json").read_text("utf-8"))
+
+
+def cases() -> dict[str, tuple]:
+    half = len(TEXTS) // 2
+    return {"single": (TEXTS, None, None), "pair": (TEXTS[:half], TEXTS[half:2 * half], None),
+            "pair_trunc24": (TEXTS[:half], TEXTS[half:2 * half], 24),
+            "single_trunc16": (TEXTS, None, 16)}
+
+
+def real_directory(name: str, tmp_path: Path) -> Path:
+    """The real tokenizer files as tools/make_tiny_encoders.py set them up."""
+    source = REAL / name.replace("-vocab", "")
+    if not source.is_dir():
+        pytest.skip(f"{source} is absent (the real tokenizer files of ../shared/data)")
+    target = tmp_path / name
+    target.mkdir()
+    for f in source.iterdir():
+        if not (name.endswith("-vocab") and f.name == "tokenizer.json"):
+            shutil.copy(f, target / f.name)
+    if name == "bert-base-cased":
+        (target / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    return target
+
+
+TOKENIZERS = {
+    # reference file: (fixture directory or real files, model_type)
+    "bert": ("bert_model", "bert"), "bert_seqcls": ("bert_seqcls", "bert"),
+    "roberta": ("roberta_model", "roberta"), "roberta_seqcls": ("roberta_seqcls", "roberta"),
+    "xlm_roberta": ("xlm_roberta_model", "xlm-roberta"),
+    "bert-base-uncased": (None, "bert"), "bert-base-cased": (None, "bert"),
+    "roberta-base": (None, "roberta"), "roberta-base-vocab": (None, "roberta"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_tokenizer_matches_transformers(name, tmp_path):
+    fixture, model_type = TOKENIZERS[name]
+    directory = FIXTURES / fixture if fixture else real_directory(name, tmp_path)
+    tokenizer = EncoderTokenizer.from_directory(directory, model_type)
+    assert len(TEXTS) >= 300
+    with np.load(FIXTURES / "tokenizers" / f"{name}.npz") as ref:
+        for case, (texts, pairs, max_length) in cases().items():
+            batch = tokenizer.encode_batch(texts, pairs, max_length, return_offsets=True)
+            lengths = ref[f"{case}/lengths"]
+            np.testing.assert_array_equal(batch["attention_mask"].sum(1), lengths,
+                                          err_msg=case)
+            real = batch["attention_mask"].astype(bool)
+            np.testing.assert_array_equal(batch["input_ids"][real], ref[f"{case}/input_ids"],
+                                          err_msg=case)
+            np.testing.assert_array_equal(batch["offset_mapping"][real], ref[f"{case}/offsets"],
+                                          err_msg=case)
+            types = [e.type_ids for e in tokenizer.encodings(texts, pairs, max_length)]
+            np.testing.assert_array_equal(np.concatenate([np.asarray(t, np.int32)
+                                                          for t in types]),
+                                          ref[f"{case}/token_type_ids"], err_msg=case)
+            if "token_type_ids" in batch:
+                np.testing.assert_array_equal(batch["token_type_ids"][real],
+                                              ref[f"{case}/token_type_ids"], err_msg=case)
+            if max_length:
+                assert batch["input_ids"].shape[1] <= max_length
+
+
+def test_encode_batch_shapes_and_names():
+    tokenizer = loaded("roberta_qa").tokenizer
+    batch = tokenizer.encode_batch(["Who?", "Where is it?"], ["Here.", "It is there, far."],
+                                   return_offsets=True, pad_to_multiple_of=8)
+    assert set(batch) == {"input_ids", "attention_mask", "offset_mapping", "sequence_ids"}
+    assert batch["input_ids"].shape[1] % 8 == 0
+    assert all(v.dtype == np.int32 for v in batch.values())
+    pads = batch["attention_mask"] == 0
+    assert (batch["input_ids"][pads] == tokenizer.pad_id).all()
+    assert (batch["sequence_ids"][pads] == -1).all()
+    second = batch["sequence_ids"][1] == 1
+    starts, ends = batch["offset_mapping"][1][second].T
+    assert "It is there, far."[starts[0]:ends[-1]] == "It is there, far."
+    assert set(loaded("electra_qa").tokenizer.encode_batch(["x"])) == {
+        "input_ids", "token_type_ids", "attention_mask"}
+    with pytest.raises(ValueError, match="pairs has 1"):
+        tokenizer.encode_batch(["a", "b"], ["c"])
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        tokenizer.encode_batch(["a", None])
+    empty = tokenizer.encode_batch([])
+    assert empty["input_ids"].shape == (0, 0)

@@ -1,0 +1,336 @@
+"""Pretrained-style Transformer encoders: BERT, RoBERTa, XLM-RoBERTa, ELECTRA (discriminator)
+and DistilBERT with their heads, as transformers computes them.
+
+One model class, ``Encoder``, configured by one ``EncoderConfig``: ``architecture`` (the
+family) says how tokens become vectors (token types or not, RoBERTa's positions counted after
+the padding id, ELECTRA's embedding projection) and which head layout the family uses;
+``head`` picks the output::
+
+    model = get_model("bert_base_uncased", head="sequence_classification", num_labels=3)
+    out = model.apply({"params": params}, input_ids=ids, attention_mask=mask,
+                      token_type_ids=types)      # inference mode (no dropout)
+    out["logits"]                                # float32 [B, num_labels]
+    model.apply(v, **batch, deterministic=False, rngs={"dropout": key})   # training
+
+Outputs are a dict under transformers' names:
+
+==========================  ==================================================================
+head                        outputs
+==========================  ==================================================================
+``model``                   ``last_hidden_state`` [B, T, D], ``pooler_output`` [B, D] (BERT,
+                            RoBERTa, XLM-R: the tanh dense layer on the first token)
+``masked_lm``               ``logits`` [B, T, V] (decoder tied to the word embeddings, own bias)
+``pretraining``             ``logits`` [B, T] (ELECTRA's discriminator: replaced-token scores)
+``sequence_classification`` ``logits`` [B, num_labels] (BERT: pooler -> classifier; RoBERTa /
+                            XLM-R: dense-tanh-dense on ``<s>``; ELECTRA: dense-gelu-dense;
+                            DistilBERT: pre-classifier -> relu -> classifier)
+``token_classification``    ``logits`` [B, T, num_labels]
+``question_answering``      ``start_logits``, ``end_logits`` [B, T]
+==========================  ==================================================================
+
+``output_hidden_states=True`` adds ``hidden_states``: a tuple of num_layers + 1 arrays [B, T, D]
+(the embeddings' output, then each layer's). Every layer is the post-norm
+``transformer.TransformerLayer`` (attention from ``attention.MultiHeadAttention``); matmuls run in
+the policy's compute dtype with float32 accumulation, while embeddings, layer norm, softmax and
+logits stay float32; hidden states are returned in the policy's output dtype.
+``gradient_checkpointing=True`` recomputes each layer in the backward pass (``jax.checkpoint``).
+
+Inputs: ``input_ids`` int[B, T] (``0 <= id < vocab_size``), ``attention_mask`` int/bool[B, T]
+(1 at real tokens; default all ones), ``token_type_ids`` int[B, T] (families with token types;
+default zeros), ``position_ids`` int[B, T] (default: as the family counts them). A length over
+``max_positions`` is a ``ValueError`` at trace time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textkit.models.config import ModelConfig
+from textkit.models.layers import ACTIVATIONS, Dense, Dropout, Embed, LayerNorm, PositionEmbedding
+from textkit.models.registry import register_preset
+from textkit.models.transformer import TransformerLayer
+
+__all__ = ["ENCODER_FAMILIES", "ENCODER_HEADS", "Encoder", "EncoderConfig"]
+
+Array = jax.Array
+
+ENCODER_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
+ENCODER_HEADS = ("model", "masked_lm", "pretraining", "sequence_classification",
+                 "token_classification", "question_answering")
+_POOLED = {"bert": ("model", "sequence_classification"), "roberta": ("model",),
+           "xlm-roberta": ("model",)}
+"""The (family, head) pairs whose transformers model has a pooler (add_pooling_layer)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig(ModelConfig):
+    """Hyper-parameters of ``Encoder`` (frozen, hashable); names follow textkit, the mapping
+    from transformers' ``config.json`` is in ``textkit.pretrained.encoders``.
+
+    ``type_vocab_size`` 0 means no token types (DistilBERT). ``embedding_size`` (ELECTRA) is the
+    width of the embeddings, projected to ``hidden_size`` (None: ``hidden_size``).
+    ``classifier_dropout`` None uses ``dropout``. ``gradient_checkpointing`` recomputes each
+    layer's activations in the backward pass. ``pad_id`` is the padding token (RoBERTa counts
+    positions from ``pad_id + 1``).
+    """
+
+    tiny: ClassVar[Mapping[str, Any]] = {"hidden_size": 16, "num_layers": 1, "num_heads": 2,
+                                         "intermediate_size": 32, "embedding_size": None}
+
+    _rates = ("dropout", "attention_dropout")
+    _choices = {"architecture": ENCODER_FAMILIES, "head": ENCODER_HEADS,
+                "activation": tuple(ACTIVATIONS)}
+
+    architecture: str = "bert"
+    head: str = "model"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    activation: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    embedding_size: int | None = None
+    layer_norm_epsilon: float = 1e-12
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    gradient_checkpointing: bool = False
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"{name}.hidden_size={self.hidden_size} is not divisible by "
+                             f"num_heads={self.num_heads}")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(f"{name}.classifier_dropout={self.classifier_dropout!r}; expected "
+                             f"0 <= classifier_dropout < 1 (or None)")
+        if self.head == "pretraining" and self.architecture != "electra":
+            raise ValueError(f"{name}.head='pretraining' is ELECTRA's discriminator head; "
+                             f"architecture={self.architecture!r} has masked_lm")
+        if self.architecture == "distilbert" and self.type_vocab_size:
+            raise ValueError(f"{name}: DistilBERT has no token types (type_vocab_size=0), "
+                             f"got {self.type_vocab_size}")
+        if self.embedding_size is not None and self.architecture != "electra":
+            raise ValueError(f"{name}.embedding_size is ELECTRA's (got "
+                             f"architecture={self.architecture!r})")
+        if self.num_labels < 1:
+            raise ValueError(f"{name}.num_labels={self.num_labels}; expected >= 1")
+        if self.max_positions < 1:
+            raise ValueError(f"{name}.max_position_embeddings={self.max_position_embeddings} "
+                             f"leaves no positions (pad_id={self.pad_id})")
+
+    @property
+    def offset_positions(self) -> bool:
+        """RoBERTa / XLM-R: positions count from ``pad_id + 1``, pads sit at ``pad_id``."""
+        return self.architecture in ("roberta", "xlm-roberta")
+
+    @property
+    def max_positions(self) -> int:
+        """Longest input row: ``max_position_embeddings`` (RoBERTa / XLM-R: minus pad_id + 1,
+        e.g. 514 - 2 = 512)."""
+        if self.offset_positions:
+            return self.max_position_embeddings - self.pad_id - 1
+        return self.max_position_embeddings
+
+    @property
+    def has_pooler(self) -> bool:
+        """Whether transformers' model of this family and head has a pooler."""
+        return self.head in _POOLED.get(self.architecture, ())
+
+    @property
+    def width(self) -> int:
+        """Width of the embedding tables (``embedding_size`` or ``hidden_size``)."""
+        return self.embedding_size or self.hidden_size
+
+
+def roberta_positions(input_ids: Array, pad_id: int) -> Array:
+    """RoBERTa's position ids: int[B, T] -> int32[B, T], ``pad_id + 1, pad_id + 2, ...`` over
+    the non-pad tokens, ``pad_id`` at pads (transformers'
+    ``create_position_ids_from_input_ids``)."""
+    real = (input_ids != pad_id).astype(jnp.int32)
+    return jnp.cumsum(real, axis=1) * real + pad_id
+
+
+class _Layer(TransformerLayer):
+    """``TransformerLayer`` with ``deterministic`` positional, so that ``nn.remat`` can hold it
+    static (gradient checkpointing)."""
+
+    def __call__(self, x: Array, mask: Array, deterministic: bool = True) -> Array:  # noqa: D102
+        return super().__call__(x, mask, deterministic=deterministic)
+
+
+_RematLayer = nn.remat(_Layer, static_argnums=(3,))
+
+
+class Encoder(nn.Module):
+    """The encoder families of ``EncoderConfig`` with their heads (module docstring)."""
+
+    config: EncoderConfig
+
+    def setup(self):
+        c = self.config
+        p = c.policy
+        self.word_embeddings = Embed(c.vocab_size, c.width, p, scale_by_sqrt_dim=False)
+        self.position_embeddings = PositionEmbedding("learned", c.max_position_embeddings,
+                                                     c.width, p)
+        if c.type_vocab_size:
+            self.token_type_embeddings = Embed(c.type_vocab_size, c.width, p,
+                                               scale_by_sqrt_dim=False)
+        self.embeddings_norm = LayerNorm(p, c.layer_norm_epsilon)
+        if c.embedding_size is not None:
+            self.embeddings_project = Dense(c.hidden_size, policy=p)
+        layer_cls = _RematLayer if c.gradient_checkpointing else _Layer
+        self.layers = [layer_cls(d_model=c.hidden_size, num_heads=c.num_heads,
+                                 d_ff=c.intermediate_size, dropout=c.dropout,
+                                 attention_dropout=c.attention_dropout, pre_norm=False,
+                                 policy=p, activation=c.activation,
+                                 layer_norm_epsilon=c.layer_norm_epsilon, ff_dropout=0.0,
+                                 name=f"layer_{i}")
+                       for i in range(c.num_layers)]
+        self.drop = Dropout(c.dropout)
+        self.classifier_drop = Dropout(c.dropout if c.classifier_dropout is None
+                                       else c.classifier_dropout)
+        if c.has_pooler:
+            self.pooler = Dense(c.hidden_size, policy=p)
+        head = c.head
+        if head == "masked_lm":
+            self.mlm_dense = Dense(c.width, policy=p)
+            self.mlm_norm = LayerNorm(p, c.layer_norm_epsilon)
+            self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (c.vocab_size,),
+                                       p.param_dtype)
+        elif head == "pretraining":
+            self.discriminator_dense = Dense(c.hidden_size, policy=p)
+            self.discriminator_prediction = Dense(1, policy=p)
+        elif head == "sequence_classification":
+            if c.architecture != "bert":
+                self.classifier_dense = Dense(c.hidden_size, policy=p)
+            self.classifier = Dense(c.num_labels, policy=p)
+        elif head == "token_classification":
+            self.classifier = Dense(c.num_labels, policy=p)
+        elif head == "question_answering":
+            self.qa_outputs = Dense(2, policy=p)
+
+    def embed(self, input_ids: Array, token_type_ids: Array | None = None,
+              position_ids: Array | None = None, *, deterministic: bool = True) -> Array:
+        """Token (+ position + token type) embeddings, layer norm, dropout (and ELECTRA's
+        projection): int[B, T] -> float32 [B, T, hidden_size]."""
+        c = self.config
+        if position_ids is None:
+            if c.offset_positions:
+                position_ids = roberta_positions(input_ids, c.pad_id)
+            else:
+                position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+        x = self.position_embeddings(self.word_embeddings(input_ids), position_ids)
+        if c.type_vocab_size:
+            if token_type_ids is None:
+                token_type_ids = jnp.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError(f"{c.architecture} has no token types: call it without token_type_ids")
+        x = self.drop(self.embeddings_norm(x), deterministic=deterministic)
+        if c.embedding_size is not None:
+            x = self.embeddings_project(x)
+        return x
+
+    def __call__(self, input_ids: Array, attention_mask: Array | None = None,
+                 token_type_ids: Array | None = None, position_ids: Array | None = None, *,
+                 deterministic: bool = True,
+                 output_hidden_states: bool = False) -> dict[str, Any]:
+        """input_ids int[B, T] (and the optional inputs of the module docstring) -> the head's
+        outputs (module docstring); ``deterministic=False`` applies dropout (needs a "dropout"
+        rng)."""
+        c = self.config
+        c.check_length(input_ids.shape[1], "input_ids")
+        if attention_mask is None:
+            attention_mask = jnp.ones(input_ids.shape, bool)
+        mask = (attention_mask != 0)[:, None, None, :]                          # [B, 1, 1, T]
+        x = self.embed(input_ids, token_type_ids, position_ids, deterministic=deterministic)
+        states = [x]
+        for layer in self.layers:
+            x = layer(x, mask, deterministic)
+            states.append(x)
+        out_dtype = c.policy.output_dtype
+        out: dict[str, Any] = {}
+        if c.head == "model":
+            out["last_hidden_state"] = x.astype(out_dtype)
+        if c.has_pooler:
+            pooled = jnp.tanh(self.pooler(x[:, 0]))
+            if c.head == "model":
+                out["pooler_output"] = pooled.astype(out_dtype)
+        out.update(self._head(x, pooled if c.has_pooler else None, deterministic))
+        if output_hidden_states:
+            out["hidden_states"] = tuple(h.astype(out_dtype) for h in states)
+        return out
+
+    def _head(self, x: Array, pooled: Array | None, deterministic: bool) -> dict[str, Array]:
+        """The head's float32 logits from the last hidden states x [B, T, D]."""
+        c = self.config
+        drop = lambda h: self.classifier_drop(h, deterministic=deterministic)  # noqa: E731
+        if c.head == "masked_lm":
+            fixed_gelu = c.architecture in ("roberta", "xlm-roberta", "electra")
+            act = "gelu" if fixed_gelu else c.activation
+            h = self.mlm_norm(ACTIVATIONS[act](self.mlm_dense(x)))
+            return {"logits": self.word_embeddings.attend(h)
+                    + self.mlm_bias.astype(jnp.float32)}
+        if c.head == "pretraining":
+            h = ACTIVATIONS[c.activation](self.discriminator_dense(x))
+            return {"logits": self.discriminator_prediction(h)[..., 0]}
+        if c.head == "sequence_classification":
+            if c.architecture == "bert":
+                return {"logits": self.classifier(drop(pooled))}
+            first = x[:, 0]
+            if c.architecture == "distilbert":
+                h = drop(jax.nn.relu(self.classifier_dense(first)))
+            else:
+                act = jnp.tanh if c.architecture != "electra" else ACTIVATIONS["gelu"]
+                h = drop(act(self.classifier_dense(drop(first))))
+            return {"logits": self.classifier(h)}
+        if c.head == "token_classification":
+            return {"logits": self.classifier(drop(x))}
+        if c.head == "question_answering":
+            logits = self.qa_outputs(drop(x) if c.architecture == "distilbert" else x)
+            return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        return {}
+
+
+# ------------------------------------------------------------------------------------ presets
+def _bert(name: str, layers: int, hidden: int, heads: int, **fields: Any) -> None:
+    register_preset(name, "encoder", Encoder, EncoderConfig,
+                    **{"architecture": "bert", "num_layers": layers, "hidden_size": hidden,
+                       "num_heads": heads, "intermediate_size": 4 * hidden, "pad_id": 0,
+                       **fields})
+
+
+_bert("bert_base_uncased", 12, 768, 12)
+_bert("bert_base_cased", 12, 768, 12, vocab_size=28996)
+_bert("bert_large_uncased", 24, 1024, 16)
+_bert("bert_base_multilingual_cased", 12, 768, 12, vocab_size=119547)
+_bert("bert_tiny", 2, 128, 2)        # google/bert_uncased_L-2_H-128_A-2 (the miniatures)
+_bert("bert_mini", 4, 256, 4)        # L-4_H-256_A-4
+_bert("bert_small", 4, 512, 8)       # L-4_H-512_A-8
+_bert("bert_medium", 8, 512, 8)      # L-8_H-512_A-8
+_ROBERTA = dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+                layer_norm_epsilon=1e-5, pad_id=1)
+register_preset("roberta_base", "encoder", Encoder, EncoderConfig, architecture="roberta",
+                **_ROBERTA)
+register_preset("roberta_large", "encoder", Encoder, EncoderConfig, architecture="roberta",
+                num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096,
+                **_ROBERTA)
+register_preset("xlm_roberta_base", "encoder", Encoder, EncoderConfig, architecture="xlm-roberta",
+                **{**_ROBERTA, "vocab_size": 250002})
+register_preset("electra_small_discriminator", "encoder", Encoder, EncoderConfig,
+                architecture="electra", head="pretraining", embedding_size=128, hidden_size=256,
+                num_heads=4, intermediate_size=1024, pad_id=0)
+register_preset("electra_base_discriminator", "encoder", Encoder, EncoderConfig,
+                architecture="electra", head="pretraining", embedding_size=768, pad_id=0)
+register_preset("distilbert_base_uncased", "encoder", Encoder, EncoderConfig,
+                architecture="distilbert", num_layers=6, type_vocab_size=0, pad_id=0)

@@ -1,0 +1,271 @@
+"""``EncoderTokenizer``: the tokenizers of the encoder checkpoints (BERT WordPiece, RoBERTa
+byte-level BPE, XLM-R Unigram) through the ``tokenizers`` library, giving what transformers'
+fast tokenizers give.
+
+``EncoderTokenizer.from_directory(dir, model_type)`` reads ``tokenizer.json`` when the directory
+has one; otherwise it builds the tokenizer as transformers does from ``vocab.txt`` (WordPiece;
+``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars`` from
+``tokenizer_config.json``) or ``vocab.json`` + ``merges.txt`` (byte-level BPE,
+``add_prefix_space`` and ``trim_offsets`` from ``tokenizer_config.json``).
+
+``encode_batch(texts, pairs=None, max_length=None)`` encodes in Rust over the whole batch (no
+Python per text, the GIL released) and returns int32 numpy arrays under transformers' names,
+padded to the longest row (or to a multiple of ``pad_to_multiple_of``, for bucket shapes):
+``input_ids``, ``token_type_ids`` (families with token types) and ``attention_mask``;
+``return_offsets=True`` adds ``offset_mapping`` int32[B, T, 2] (character spans in the row's
+own text; (0, 0) for special tokens and padding) and ``sequence_ids`` int32[B, T] (0 / 1 for the
+first / second text, -1 for special tokens and padding), what extractive QA needs. Those two
+are not model inputs: drop them before ``model.apply(..., **batch)``. ``max_length`` truncates
+as transformers' ``truncation=True`` does (longest_first).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from textkit.pretrained.errors import MissingFileError, PretrainedError
+
+__all__ = ["EncoderTokenizer", "TOKENIZER_FILES"]
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model",
+                   "spm.model")
+"""Files a checkpoint's tokenizer may have (``save`` copies those present)."""
+
+_WITH_TYPES = {"bert", "electra"}
+"""model_types whose tokenizers return ``token_type_ids`` (transformers' model_input_names)."""
+
+_BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
+_ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+                     "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
+                     "mask_token": "<mask>"}
+
+
+def _token(value: Any, default: str) -> str:
+    """A special token of tokenizer_config.json (a string or an AddedToken dict)."""
+    if isinstance(value, dict):
+        return str(value.get("content", default))
+    return default if value is None else str(value)
+
+
+class EncoderTokenizer:
+    """A ``tokenizers.Tokenizer`` with transformers' batch names (module docstring).
+
+    ``pad_id`` / ``pad_token`` pad the batches; ``with_token_types`` says whether batches carry
+    ``token_type_ids``; ``source`` is the directory read (``save`` copies its files)."""
+
+    def __init__(self, tokenizer: Any, *, pad_token: str, with_token_types: bool,
+                 source: Path | None = None):
+        self.tokenizer = tokenizer
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.pad_token = pad_token
+        pad_id = tokenizer.token_to_id(pad_token)
+        if pad_id is None:
+            raise PretrainedError(f"{source or 'the tokenizer'}: the pad token {pad_token!r} "
+                                  f"is not in the vocabulary")
+        self.pad_id = int(pad_id)
+        self.with_token_types = with_token_types
+        self.source = source
+
+    # ------------------------------------------------------------------------------ reading
+    @classmethod
+    def from_directory(cls, root: str | Path, model_type: str) -> EncoderTokenizer:
+        """The tokenizer of the checkpoint directory ``root`` of ``model_type`` ("bert",
+        "roberta", "xlm-roberta", "electra", "distilbert"); ``MissingFileError`` when it has
+        none of tokenizer.json, vocab.txt, vocab.json + merges.txt."""
+        from tokenizers import Tokenizer
+
+        root = Path(root)
+        settings: dict[str, Any] = {}
+        if (root / "tokenizer_config.json").is_file():
+            settings = json.loads((root / "tokenizer_config.json").read_text("utf-8"))
+        bpe = model_type in ("roberta", "xlm-roberta")
+        specials = _ROBERTA_SPECIALS if bpe else _BERT_SPECIALS
+        pad_token = _token(settings.get("pad_token"), specials["pad_token"])
+        if (root / "tokenizer.json").is_file():
+            tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        elif (root / "vocab.txt").is_file() and not bpe:
+            tokenizer = _wordpiece(root / "vocab.txt", settings)
+        elif (root / "vocab.json").is_file() and (root / "merges.txt").is_file() and bpe:
+            tokenizer = _byte_level_bpe(root / "vocab.json", root / "merges.txt", settings)
+        else:
+            files = "tokenizer.json or " + ("vocab.json + merges.txt" if bpe else "vocab.txt")
+            raise MissingFileError(f"{root} has no tokenizer files for model_type "
+                                   f"{model_type!r}: expected {files}")
+        return cls(tokenizer, pad_token=pad_token, with_token_types=model_type in _WITH_TYPES,
+                   source=root)
+
+    # ----------------------------------------------------------------------------- encoding
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def id_to_token(self, index: int) -> str | None:
+        return self.tokenizer.id_to_token(index)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids`` (padding and, by default, special tokens dropped)."""
+        return self.tokenizer.decode([int(i) for i in ids],
+                                     skip_special_tokens=skip_special_tokens)
+
+    def encodings(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                  max_length: int | None = None) -> list[Any]:
+        """The ``tokenizers.Encoding`` of every text (pair), special tokens added, truncated to
+        ``max_length`` tokens (longest_first) when given."""
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is a {type(text).__name__}, expected str")
+        inputs: list[Any] = texts
+        if pairs is not None:
+            pairs = list(pairs)
+            if len(pairs) != len(texts):
+                raise ValueError(f"pairs has {len(pairs)} texts but texts has {len(texts)}")
+            for i, text in enumerate(pairs):
+                if not isinstance(text, str):
+                    raise TypeError(f"pairs[{i}] is a {type(text).__name__}, expected str")
+            inputs = list(zip(texts, pairs))
+        if max_length is not None:
+            special = self.tokenizer.num_special_tokens_to_add(pairs is not None)
+            if max_length <= special:
+                raise ValueError(f"max_length={max_length} leaves no room for text: the "
+                                 f"special tokens alone take {special}")
+            self.tokenizer.enable_truncation(max_length, strategy="longest_first")
+        try:
+            return self.tokenizer.encode_batch(inputs, add_special_tokens=True)
+        finally:
+            self.tokenizer.no_truncation()
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                     max_length: int | None = None, *, return_offsets: bool = False,
+                     pad_to_multiple_of: int | None = None) -> dict[str, np.ndarray]:
+        """Texts (and second texts ``pairs``) -> dict of int32 numpy arrays [B, T] padded to
+        the longest row (module docstring for the names)."""
+        encodings = self.encodings(texts, pairs, max_length)
+        rows = len(encodings)
+        width = max((len(e.ids) for e in encodings), default=0)
+        if pad_to_multiple_of:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        ids = np.full((rows, width), self.pad_id, np.int32)
+        mask = np.zeros((rows, width), np.int32)
+        types = np.zeros((rows, width), np.int32)
+        for row, enc in enumerate(encodings):
+            n = len(enc.ids)
+            ids[row, :n] = enc.ids
+            mask[row, :n] = 1
+            types[row, :n] = enc.type_ids
+        batch = {"input_ids": ids}
+        if self.with_token_types:
+            batch["token_type_ids"] = types
+        batch["attention_mask"] = mask
+        if return_offsets:
+            offsets = np.zeros((rows, width, 2), np.int32)
+            sequence = np.full((rows, width), -1, np.int32)
+            for row, enc in enumerate(encodings):
+                n = len(enc.ids)
+                if n:
+                    offsets[row, :n] = np.asarray(enc.offsets, np.int32).reshape(n, 2)
+                    sequence[row, :n] = [-1 if s is None else s for s in enc.sequence_ids]
+            batch["offset_mapping"] = offsets
+            batch["sequence_ids"] = sequence
+        return batch
+
+    # ------------------------------------------------------------------------------ writing
+    def save(self, directory: str | Path, model_type: str) -> None:
+        """Write the tokenizer's files into ``directory``: the source directory's tokenizer
+        files when it had any, else ``tokenizer.json`` and a ``tokenizer_config.json``."""
+        directory = Path(directory)
+        copied = False
+        if self.source is not None:
+            for name in TOKENIZER_FILES:
+                if (self.source / name).is_file():
+                    shutil.copyfile(self.source / name, directory / name)
+                    copied = True
+        if copied:
+            return
+        self.tokenizer.save(str(directory / "tokenizer.json"))
+        classes = {"bert": "BertTokenizer", "electra": "ElectraTokenizer",
+                   "distilbert": "DistilBertTokenizer", "roberta": "RobertaTokenizer",
+                   "xlm-roberta": "XLMRobertaTokenizer"}
+        specials = (_ROBERTA_SPECIALS if model_type in ("roberta", "xlm-roberta")
+                    else _BERT_SPECIALS)
+        config = {"tokenizer_class": classes[model_type], **specials,
+                  "pad_token": self.pad_token}
+        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------- builders
+def _added(tokenizer: Any, settings: dict[str, Any], specials: dict[str, str]) -> None:
+    """Add the special tokens (as transformers does: special, not normalized), each once."""
+    from tokenizers import AddedToken
+
+    tokens = dict.fromkeys(_token(settings.get(key), value) for key, value in specials.items())
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                  for t in tokens])
+
+
+def _wordpiece(vocab_file: Path, settings: dict[str, Any]) -> Any:
+    """BERT's tokenizer from vocab.txt, as transformers' ``BertTokenizer`` builds it."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    lines = vocab_file.read_text("utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(lines):
+        vocab[token.rstrip("\n")] = index
+    unk = _token(settings.get("unk_token"), "[UNK]")
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token=unk))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=bool(settings.get("tokenize_chinese_chars", True)),
+        strip_accents=settings.get("strip_accents"),
+        lowercase=bool(settings.get("do_lower_case", True)))
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    _added(tokenizer, settings, _BERT_SPECIALS)
+    cls = _token(settings.get("cls_token"), "[CLS]")
+    sep = _token(settings.get("sep_token"), "[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))])
+    return tokenizer
+
+
+def _byte_level_bpe(vocab_file: Path, merges_file: Path, settings: dict[str, Any]) -> Any:
+    """RoBERTa's tokenizer from vocab.json + merges.txt, as transformers'
+    ``RobertaTokenizer`` builds it."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import BPE
+
+    vocab = json.loads(vocab_file.read_text("utf-8"))
+    merges = []
+    for line in merges_file.read_text("utf-8").split("\n"):
+        if line.startswith("#version") or not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1]))
+    prefix_space = bool(settings.get("add_prefix_space", False))
+    trim = bool(settings.get("trim_offsets", True))
+    tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None,
+                              continuing_subword_prefix="", end_of_word_suffix="",
+                              fuse_unk=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tokenizer.decoder = decoders.ByteLevel()
+    _added(tokenizer, settings, _ROBERTA_SPECIALS)
+    sep = _token(settings.get("sep_token"), "</s>")
+    cls = _token(settings.get("cls_token"), "<s>")
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (sep, tokenizer.token_to_id(sep)), (cls, tokenizer.token_to_id(cls)), trim, prefix_space)
+    return tokenizer
