@@ -24,23 +24,29 @@ import numpy as np
 from textkit.decoding import ExcludeTokensStep, model_step_fn, prefill, sample
 from textkit.models import max_positions
 from textkit.tasks import language_model as lm
-from textkit.training import RunDir
+from textkit.training import RunDir, find_run
 from textkit.vocab import Vocab
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="the --save-dir of train.py")
-    p.add_argument("--step", default="best", help="'best', 'latest' or an epoch number")
-    p.add_argument("--prompt", default="")
-    p.add_argument("--length", type=int, default=50, help="tokens to generate")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1: off)")
-    p.add_argument("--num-samples", type=int, default=1)
-    p.add_argument("--stop-at-eos", action="store_true", help="end a sample at its first <eos>")
-    p.add_argument("--seed", type=int, default=0)
+    model = p.add_argument_group("model")
+    model.add_argument("--checkpoint", required=True, help="a train.py run directory, or its "
+                       "runs folder (e.g. runs/lm_toy: the newest run, through 'latest')")
+    model.add_argument("--step", default="best", help="'best', 'latest' or an epoch number")
+    data = p.add_argument_group("data")
+    data.add_argument("--prompt", default="", help="words the samples continue")
+    sampling = p.add_argument_group("evaluation", "sampling")
+    sampling.add_argument("--length", type=int, default=50, help="tokens to generate")
+    sampling.add_argument("--temperature", type=float, default=1.0, help="softmax temperature")
+    sampling.add_argument("--top-k", type=int, default=0,
+                          help="keep the k most likely tokens (0: all)")
+    sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1: off)")
+    sampling.add_argument("--num-samples", type=int, default=1, help="samples to draw")
+    sampling.add_argument("--stop-at-eos", action="store_true",
+                          help="end a sample at its first <eos>")
+    sampling.add_argument("--seed", type=int, default=0, help="sampling seed")
     return p.parse_args(argv)
 
 
@@ -76,7 +82,7 @@ def prompt_ids(vocab: Vocab, model, words: list[str], length: int) -> list[int]:
 
 def generate(args: argparse.Namespace) -> list[str]:
     """The prompt followed by each sample's continuation."""
-    run = RunDir(args.checkpoint)
+    run = RunDir(find_run(args.checkpoint))
     config = run.read_config()
     vocab = Vocab.load(run.root / "vocab.json")
     model = lm.build_model(config["model"], config["model_overrides"], vocab,

@@ -26,20 +26,29 @@ from textkit.embedding import (
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    model = parser.add_argument_group("model", "the vectors")
+    source = model.add_mutually_exclusive_group(required=True)
     source.add_argument("--embedding-path", type=Path, help="vector file (any supported format)")
     source.add_argument("--embedding", help="registry source as KIND:NAME, e.g. glove:glove.6B.50d")
-    parser.add_argument("--format", default=None, help="file format (default: detect)")
-    parser.add_argument("--similarity", type=Path, nargs="*", default=[],
-                        help="WordSim-353 / SimLex-999 style TSV files")
-    parser.add_argument("--analogy", type=Path, nargs="*", default=[],
-                        help="Google analogy format files")
-    parser.add_argument("--method", choices=["3CosAdd", "3CosMul"], default="3CosAdd")
-    parser.add_argument("--restrict-vocab", type=int, default=300000)
-    parser.add_argument("--case-sensitive", action="store_true")
-    parser.add_argument("--encoding-errors", default="strict")
-    parser.add_argument("--sections", action="store_true", help="also print analogy sections")
+    model.add_argument("--format", default=None, help="file format (default: detect)")
+    model.add_argument("--encoding-errors", default="strict",
+                       help="undecodable bytes in the file: strict, replace or ignore")
+    data = parser.add_argument_group("data")
+    data.add_argument("--similarity", type=Path, nargs="*", default=[],
+                      help="WordSim-353 / SimLex-999 style TSV files")
+    data.add_argument("--analogy", type=Path, nargs="*", default=[],
+                      help="Google analogy format files")
+    evaluation = parser.add_argument_group("evaluation")
+    evaluation.add_argument("--method", choices=["3CosAdd", "3CosMul"], default="3CosAdd",
+                            help="analogy scoring")
+    evaluation.add_argument("--restrict-vocab", type=int, default=300000,
+                            help="match words within the first N rows of the file")
+    evaluation.add_argument("--case-sensitive", action="store_true",
+                            help="compare words case-sensitively")
+    output = parser.add_argument_group("output")
+    output.add_argument("--sections", action="store_true", help="also print analogy sections")
     return parser.parse_args()
 
 
