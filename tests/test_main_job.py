@@ -62,8 +62,35 @@ def test_main_job_runs_twice_quietly_and_translates_line_by_line(tmp_path):
                 "runs/nmt_toy"], tmp_path, stdin=lines)
     out = done.stdout.split("\n")
     assert len(out) == 5 and out[-1] == ""              # one line per input line
-    assert out[1] == "" and out[2] == "" and out[0] and out[3]
+    assert out[1] == "" and out[2] == ""
+    alone = run([str(ROOT / "examples" / "nmt" / "translate.py"), "--checkpoint",
+                 "runs/nmt_toy"], tmp_path, stdin="zwei männer spielen fußball .\n")
+    assert alone.stdout == out[3] + "\n"                # the blank lines changed nothing else
     assert "WARNING" not in done.stderr
+
+
+def test_translator_decodes_no_empty_source():
+    from textkit.decoding import Translator
+
+    class Tokenizer:
+        def encode(self, texts):
+            return [[5, 6] for _ in texts]
+
+        def decode(self, ids):
+            return [f"t{len(row)}" for row in ids]
+
+    translator = Translator.__new__(Translator)      # only translate() is under test
+    translator.src_tokenizer = translator.tgt_tokenizer = Tokenizer()
+    decoded = []
+
+    def translate_ids(params, sources, progress=False):
+        decoded.append(sources)
+        return [[1, 2, 3]] * len(sources)
+
+    translator.translate_ids = translate_ids
+    assert translator.translate(None, ["a b", "", "  \t", "c"]) == ["t3", "", "", "t3"]
+    assert decoded == [[[5, 6], [5, 6]]]                 # the empty lines were never decoded
+    assert translator.translate(None, ["", " "]) == ["", ""] and len(decoded) == 1
 
 
 def test_an_explicit_save_dir_keeps_its_refusal(tmp_path):
