@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,6 +36,7 @@ from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.weights import SAME, heads_bias, linear, out_proj, stack_axis
 
 __all__ = ["MODEL_TYPES", "PretrainedEncoder", "encoder_config", "hf_config", "load",
            "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map"]
@@ -182,36 +183,22 @@ _HEAD_PARAMS = {"pooler", "mlm_dense", "mlm_norm", "mlm_bias", "discriminator_de
 
 
 # ----------------------------------------------------------------------------------- weights
-Transform = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
-_SAME: Transform = (lambda x: x, lambda x: x)
 
 
-def _linear(heads: int | None = None) -> Transform:
-    """torch Linear weight [out, in] <-> kernel [in, out] (out split into heads if given)."""
-    def to_textkit(w: np.ndarray) -> np.ndarray:
-        kernel = w.T
-        return kernel if heads is None else kernel.reshape(kernel.shape[0], heads, -1)
-
-    return to_textkit, lambda k: k.reshape(k.shape[0], -1).T
 
 
-def _out_proj(heads: int) -> Transform:
-    return (lambda w: w.T.reshape(heads, -1, w.shape[0]),
-            lambda k: k.reshape(-1, k.shape[-1]).T)
 
 
-def _heads_bias(heads: int) -> Transform:
-    return lambda b: b.reshape(heads, -1), lambda b: b.reshape(-1)
 
 
 def _dense(tk: tuple[str, ...], hf: str) -> Iterator[tuple]:
-    yield (*tk, "kernel"), [f"{hf}.weight"], _linear()
-    yield (*tk, "bias"), [f"{hf}.bias"], _SAME
+    yield (*tk, "kernel"), [f"{hf}.weight"], linear()
+    yield (*tk, "bias"), [f"{hf}.bias"], SAME
 
 
 def _norm(tk: tuple[str, ...], hf: str) -> Iterator[tuple]:
-    yield (*tk, "norm", "scale"), [f"{hf}.weight"], _SAME
-    yield (*tk, "norm", "bias"), [f"{hf}.bias"], _SAME
+    yield (*tk, "norm", "scale"), [f"{hf}.weight"], SAME
+    yield (*tk, "norm", "bias"), [f"{hf}.bias"], SAME
 
 
 def _layer(config: EncoderConfig, i: int, base: str) -> Iterator[tuple]:
@@ -227,10 +214,10 @@ def _layer(config: EncoderConfig, i: int, base: str) -> Iterator[tuple]:
         out, sa_norm = f"{hf}.attention.output.dense", f"{hf}.attention.output.LayerNorm"
         wi, wo, ff_norm = (f"{hf}.intermediate.dense", f"{hf}.output.dense",
                            f"{hf}.output.LayerNorm")
-    yield (tk, "self_attention", "qkv", "kernel"), [f"{k}.weight" for k in qkv], _linear(heads)
-    yield (tk, "self_attention", "qkv", "bias"), [f"{k}.bias" for k in qkv], _heads_bias(heads)
-    yield (tk, "self_attention", "out", "kernel"), [f"{out}.weight"], _out_proj(heads)
-    yield (tk, "self_attention", "out", "bias"), [f"{out}.bias"], _SAME
+    yield (tk, "self_attention", "qkv", "kernel"), [f"{k}.weight" for k in qkv], linear(heads)
+    yield (tk, "self_attention", "qkv", "bias"), [f"{k}.bias" for k in qkv], heads_bias(heads)
+    yield (tk, "self_attention", "out", "kernel"), [f"{out}.weight"], out_proj(heads)
+    yield (tk, "self_attention", "out", "bias"), [f"{out}.bias"], SAME
     yield from _norm((tk, "self_norm"), sa_norm)
     yield from _dense((tk, "feed_forward", "wi"), wi)
     yield from _dense((tk, "feed_forward", "wo"), wo)
@@ -244,12 +231,12 @@ def weight_map(config: EncoderConfig) -> list[tuple]:
     family, head = config.architecture, config.head
     base = "" if head == "model" else f"{_BASE[family]}."
     emb = f"{base}embeddings"
-    entries = [(("word_embeddings", "embedding"), [f"{emb}.word_embeddings.weight"], _SAME),
+    entries = [(("word_embeddings", "embedding"), [f"{emb}.word_embeddings.weight"], SAME),
                (("position_embeddings", "embedding"), [f"{emb}.position_embeddings.weight"],
-                _SAME)]
+                SAME)]
     if config.type_vocab_size:
         entries.append((("token_type_embeddings", "embedding"),
-                        [f"{emb}.token_type_embeddings.weight"], _SAME))
+                        [f"{emb}.token_type_embeddings.weight"], SAME))
     entries += _norm(("embeddings_norm",), f"{emb}.LayerNorm")
     if config.embedding_size is not None:
         entries += _dense(("embeddings_project",), f"{base}embeddings_project")
@@ -269,7 +256,7 @@ def weight_map(config: EncoderConfig) -> list[tuple]:
         }[family]
         entries += _dense(("mlm_dense",), dense)
         entries += _norm(("mlm_norm",), norm)
-        entries.append((("mlm_bias",), [bias], _SAME))
+        entries.append((("mlm_bias",), [bias], SAME))
     elif head == "pretraining":
         entries += _dense(("discriminator_dense",), "discriminator_predictions.dense")
         entries += _dense(("discriminator_prediction",),
@@ -321,8 +308,6 @@ def _pick(tensors: Mapping[str, np.ndarray], key: str, config: EncoderConfig,
                           f"a checkpoint of another architecture?)")
 
 
-def _stack_axis(path: tuple[str, ...]) -> int:
-    return 1 if path[-1] == "kernel" else 0
 
 
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig,
@@ -344,7 +329,7 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig
             continue
         arrays = [_pick(tensors, key, config, root) for key in keys]
         value = to_textkit(arrays[0]) if len(arrays) == 1 else np.stack(
-            [to_textkit(a) for a in arrays], axis=_stack_axis(path))
+            [to_textkit(a) for a in arrays], axis=stack_axis(path))
         want = expected
         for part in path:
             want = want[part]
@@ -379,7 +364,7 @@ def tensors_from_params(params: Any, config: EncoderConfig) -> dict[str, np.ndar
         if len(keys) > 1:
             for i, key in enumerate(keys):
                 tensors[key] = np.ascontiguousarray(
-                    from_textkit(np.take(value, i, axis=_stack_axis(path))))
+                    from_textkit(np.take(value, i, axis=stack_axis(path))))
         else:
             tensors[keys[0]] = np.ascontiguousarray(from_textkit(value))
     return tensors

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -55,6 +55,7 @@ from textkit.pretrained.errors import (
 )
 from textkit.pretrained.files import read_tensors, unsupported
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
+from textkit.pretrained.weights import SAME, heads_bias, linear, out_proj, stack_axis
 
 __all__ = [
     "Pretrained", "embedding_layout", "hf_config", "load", "marian_config",
@@ -121,60 +122,43 @@ def marian_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
 
 
 # ----------------------------------------------------------------------------------- weights
-Transform = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 
 
-def _linear(heads: int | None) -> Transform:
-    """torch Linear weight [out, in] <-> kernel [in, out] (out split into heads if given)."""
-    def to_textkit(w: np.ndarray) -> np.ndarray:
-        kernel = w.T
-        return kernel if heads is None else kernel.reshape(kernel.shape[0], heads, -1)
-
-    return to_textkit, lambda k: k.reshape(k.shape[0], -1).T
 
 
-def _out_proj(heads: int) -> Transform:
-    """out_proj weight [D, D_in] <-> kernel [H, Dh, D]."""
-    return (lambda w: w.T.reshape(heads, -1, w.shape[0]),
-            lambda k: k.reshape(-1, k.shape[-1]).T)
 
 
-def _heads_bias(heads: int) -> Transform:
-    return lambda b: b.reshape(heads, -1), lambda b: b.reshape(-1)
-
-
-_SAME: Transform = (lambda x: x, lambda x: x)
 
 
 def _layer_entries(side: str, i: int, heads: int, cross: bool) -> Iterator[tuple]:
     """(textkit path, [hf keys], [to_textkit/from_textkit per key], stacked?) of one layer."""
     hf, tk = f"model.{side}.layers.{i}", f"{side}_{i}"
     qkv = [f"{hf}.self_attn.{n}_proj" for n in "qkv"]
-    yield (tk, "self_attention", "qkv", "kernel"), [f"{k}.weight" for k in qkv], _linear(heads)
-    yield (tk, "self_attention", "qkv", "bias"), [f"{k}.bias" for k in qkv], _heads_bias(heads)
+    yield (tk, "self_attention", "qkv", "kernel"), [f"{k}.weight" for k in qkv], linear(heads)
+    yield (tk, "self_attention", "qkv", "bias"), [f"{k}.bias" for k in qkv], heads_bias(heads)
     yield (tk, "self_attention", "out", "kernel"), [f"{hf}.self_attn.out_proj.weight"], \
-        _out_proj(heads)
-    yield (tk, "self_attention", "out", "bias"), [f"{hf}.self_attn.out_proj.bias"], _SAME
+        out_proj(heads)
+    yield (tk, "self_attention", "out", "bias"), [f"{hf}.self_attn.out_proj.bias"], SAME
     norms = [("self_norm", "self_attn_layer_norm"), ("ff_norm", "final_layer_norm")]
     if cross:
         ea = f"{hf}.encoder_attn"
-        yield (tk, "cross_attention", "query", "kernel"), [f"{ea}.q_proj.weight"], _linear(heads)
-        yield (tk, "cross_attention", "query", "bias"), [f"{ea}.q_proj.bias"], _heads_bias(heads)
+        yield (tk, "cross_attention", "query", "kernel"), [f"{ea}.q_proj.weight"], linear(heads)
+        yield (tk, "cross_attention", "query", "bias"), [f"{ea}.q_proj.bias"], heads_bias(heads)
         kv = [f"{ea}.{n}_proj" for n in "kv"]
         yield (tk, "cross_attention", "key_value", "kernel"), [f"{k}.weight" for k in kv], \
-            _linear(heads)
+            linear(heads)
         yield (tk, "cross_attention", "key_value", "bias"), [f"{k}.bias" for k in kv], \
-            _heads_bias(heads)
+            heads_bias(heads)
         yield (tk, "cross_attention", "out", "kernel"), [f"{ea}.out_proj.weight"], \
-            _out_proj(heads)
-        yield (tk, "cross_attention", "out", "bias"), [f"{ea}.out_proj.bias"], _SAME
+            out_proj(heads)
+        yield (tk, "cross_attention", "out", "bias"), [f"{ea}.out_proj.bias"], SAME
         norms.append(("cross_norm", "encoder_attn_layer_norm"))
     for name, fc in (("wi", "fc1"), ("wo", "fc2")):
-        yield (tk, "feed_forward", name, "kernel"), [f"{hf}.{fc}.weight"], _linear(None)
-        yield (tk, "feed_forward", name, "bias"), [f"{hf}.{fc}.bias"], _SAME
+        yield (tk, "feed_forward", name, "kernel"), [f"{hf}.{fc}.weight"], linear(None)
+        yield (tk, "feed_forward", name, "bias"), [f"{hf}.{fc}.bias"], SAME
     for name, hf_name in norms:
-        yield (tk, name, "norm", "scale"), [f"{hf}.{hf_name}.weight"], _SAME
-        yield (tk, name, "norm", "bias"), [f"{hf}.{hf_name}.bias"], _SAME
+        yield (tk, name, "norm", "scale"), [f"{hf}.{hf_name}.weight"], SAME
+        yield (tk, name, "norm", "bias"), [f"{hf}.{hf_name}.bias"], SAME
 
 
 def weight_map(config: TransformerConfig) -> list[tuple]:
@@ -183,11 +167,11 @@ def weight_map(config: TransformerConfig) -> list[tuple]:
     heads = config.num_heads
     shared, enc, dec = (f"model.{n}.weight" for n in
                         ("shared", "encoder.embed_tokens", "decoder.embed_tokens"))
-    entries: list[tuple] = [(("src_embed", "embedding"), [[enc, shared]], _SAME)]
+    entries: list[tuple] = [(("src_embed", "embedding"), [[enc, shared]], SAME)]
     if not config.share_embeddings:
-        entries.append((("tgt_embed", "embedding"), [[dec, shared]], _SAME))
+        entries.append((("tgt_embed", "embedding"), [[dec, shared]], SAME))
     if not config.tie_output:
-        entries.append((("output", "kernel"), [["lm_head.weight"]], _linear(None)))
+        entries.append((("output", "kernel"), [["lm_head.weight"]], linear(None)))
     entries.append((("final_logits_bias",), ["final_logits_bias"],
                     (lambda b: b.reshape(-1), lambda b: b.reshape(1, -1))))
     for side, count in (("encoder", config.num_encoder_layers),
@@ -207,9 +191,6 @@ def _pick(tensors: Mapping[str, np.ndarray], key: str | list[str], root: Path) -
                           f"checkpoint of another architecture, or a damaged file?)")
 
 
-def _stack_axis(path: tuple[str, ...]) -> int:
-    """Axis of the q/k/v (or k/v) stack: 1 in a kernel [D, n, H, Dh], 0 in a bias [n, H, Dh]."""
-    return 1 if path[-1] == "kernel" else 0
 
 
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
@@ -220,7 +201,7 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: TransformerCo
     for path, keys, (to_textkit, _) in weight_map(config):
         arrays = [_pick(tensors, key, root) for key in keys]
         value = to_textkit(arrays[0]) if len(arrays) == 1 else np.stack(
-            [to_textkit(a) for a in arrays], axis=_stack_axis(path))
+            [to_textkit(a) for a in arrays], axis=stack_axis(path))
         want = expected
         for part in path:
             want = want[part]
@@ -249,7 +230,7 @@ def tensors_from_params(params: Any, config: TransformerConfig) -> dict[str, np.
         if len(keys) > 1:
             for i, key in enumerate(keys):
                 tensors[key] = np.ascontiguousarray(
-                    from_textkit(np.take(value, i, axis=_stack_axis(path))))
+                    from_textkit(np.take(value, i, axis=stack_axis(path))))
             continue
         names = keys[0] if isinstance(keys[0], list) else keys
         tensors[names[0]] = np.ascontiguousarray(from_textkit(value))
