@@ -1,6 +1,6 @@
 """``TextkitError``: the one base class of the errors textkit raises on purpose.
 
-Library code raises these (never ``SystemExit``); the recipes and ``textkit.cli`` entry points
+Library code raises these and never exits the process; the recipes and ``textkit.cli`` entry points
 turn them into a message and an exit status. Each also derives from the built-in class a
 caller would expect (``ValueError`` for a bad value, ``FileNotFoundError`` for a missing file),
 so ``except ValueError`` keeps working.

@@ -88,12 +88,12 @@ def make_loader(samples: Sequence[Sample], pad_id: int, batch_size: int,
     return DataLoader(samples, sampler, ClassificationBatchify(pad_id), num_workers=num_workers)
 
 
-def make_loss(model: Any) -> Callable[..., Any]:
+def make_loss(model: nn.Module) -> Callable[..., Any]:
     """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"correct": n}))`` for
     ``make_train_step`` / ``make_eval_step``: weighted cross-entropy (float32) and the weighted
     count of correct argmax predictions. Dropout is on when ``rng`` is a key."""
 
-    def loss_fn(params: Any, batch: Mapping[str, Any], rng: jax.Array | None):
+    def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
         rngs = None if rng is None else {"dropout": rng}
         logits = model.apply({"params": params}, batch["tokens"],
                              deterministic=rng is None, rngs=rngs)      # [B, C] float32
@@ -105,7 +105,7 @@ def make_loss(model: Any) -> Callable[..., Any]:
     return loss_fn
 
 
-def init_params(model: Any, rng: jax.Array, pretrained: np.ndarray | None = None) -> Any:
+def init_params(model: nn.Module, rng: jax.Array, pretrained: np.ndarray | None = None) -> Any:
     """The classifier's params; ``pretrained`` float [vocab_size, embed_dim] fills the
     embedding tables (every mode but ``rand``, where it is refused)."""
     return init_classifier(model, rng, pretrained)
@@ -130,7 +130,7 @@ def optimizer(name: str, learning_rate: float, *, max_norm_limit: float | None =
     return with_loss_scaling(tx, policy), lambda state: learning_rate
 
 
-def accuracy(eval_step: Callable, params: Any,
+def accuracy(eval_step: Callable, params: Params,
              batches: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """Accuracy, mean loss and sample count over ``batches`` (dummy rows excluded).
 

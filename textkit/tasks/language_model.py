@@ -90,7 +90,7 @@ def build_model(name: str, overrides: str | Iterable[str], vocab: Vocab,
                      pad_id=vocab.pad_id, policy=precision)
 
 
-def make_loss(model: Any, excluded_ids: Sequence[int] = ()) -> Callable[..., Any]:
+def make_loss(model: nn.Module, excluded_ids: Sequence[int] = ()) -> Callable[..., Any]:
     """``loss_fn(params, batch, rng, carry) -> (nll_sum, (token_count, {}, new_carry))``.
 
     ``batch``: ``inputs`` / ``targets`` int32 ``[B, T]``, ``mask`` float32 ``[B, T]``;
@@ -100,7 +100,7 @@ def make_loss(model: Any, excluded_ids: Sequence[int] = ()) -> Callable[..., Any
     """
     excluded = np.asarray(sorted(set(excluded_ids)), np.int32)
 
-    def loss_fn(params: Any, batch: Mapping[str, Any], rng: jax.Array | None, carry: Any):
+    def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None, carry: Any):
         rngs = None if rng is None else {"dropout": rng}
         logits, carry = model.apply({"params": params}, batch["inputs"], carry,
                                     deterministic=rng is None, rngs=rngs)    # [B, T, V]
@@ -120,12 +120,12 @@ def make_loader(token_ids: np.ndarray, batch_size: int, bptt: int, pad_id: int) 
     return BPTTBatches(token_ids, batch_size, bptt, last_batch="keep", pad_id=pad_id)
 
 
-def init_params(model: Any, rng: jax.Array, fill_id: int) -> Any:
+def init_params(model: nn.Module, rng: jax.Array, fill_id: int) -> Any:
     """``model.init`` on a [1, 8] window of ``fill_id``; returns the params pytree."""
     return model.init(rng, jnp.full((1, 8), fill_id, jnp.int32))["params"]
 
 
-def make_train_step(model: Any, optimizer: optax.GradientTransformation, *,
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
                     excluded_ids: Sequence[int] = (), **step_kwargs: Any) -> CompiledStep:
     """``train_step(state, batch, carry) -> (state, carry, metrics)``: ``make_train_step`` of
     ``make_loss`` with the carry; ``step_kwargs`` (donate, shardings) go to it."""
@@ -133,7 +133,7 @@ def make_train_step(model: Any, optimizer: optax.GradientTransformation, *,
                                  **step_kwargs)
 
 
-def make_eval_step(model: Any, *, excluded_ids: Sequence[int] = (),
+def make_eval_step(model: nn.Module, *, excluded_ids: Sequence[int] = (),
                    **step_kwargs: Any) -> CompiledStep:
     """``eval_step(params, batch, carry) -> (carry, {"loss_sum", "tokens"})``: float32 sums of
     the window's NLL and target count, deterministic (no dropout)."""
@@ -205,7 +205,7 @@ def sliding_windows(token_ids: np.ndarray, seq_len: int, stride: int, eos_id: in
 
 def stream_nll(
     eval_step: Callable[[Any, Mapping[str, Any], Any], tuple[Any, dict[str, Any]]],
-    params: Any,
+    params: Params,
     windows: Iterable[Mapping[str, np.ndarray]],
     carry: Any,
     to_device: Callable[[Mapping[str, np.ndarray]], Any] = lambda batch: batch,
@@ -226,7 +226,7 @@ def stream_nll(
     return float(totals[0]), float(totals[1])
 
 
-def stream_perplexity(eval_step: Callable, model: Any, params: Any, token_ids: np.ndarray,
+def stream_perplexity(eval_step: Callable, model: nn.Module, params: Params, token_ids: np.ndarray,
                       windows: Iterable[Mapping[str, np.ndarray]],
                       reset: bool = False) -> dict[str, float]:
     """``{"ppl", "nll", "tokens"}`` of ``params`` over the stream ``token_ids`` cut into

@@ -233,7 +233,7 @@ def make_loader(samples: Sequence[IdPair] | TokenStore, batch_tokens: int, *, pa
 
 
 # ------------------------------------------------------------------------------------ the loss
-def make_loss(model: Any, label_smoothing: float = 0.0) -> Callable[..., Any]:
+def make_loss(model: nn.Module, label_smoothing: float = 0.0) -> Callable[..., Any]:
     """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"src_tokens"}))`` for the
     train step.
 
@@ -243,7 +243,7 @@ def make_loss(model: Any, label_smoothing: float = 0.0) -> Callable[..., Any]:
     count, target tokens being the weight sum.
     """
 
-    def loss_fn(params: Any, batch: Mapping[str, Any], rng: jax.Array | None):
+    def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
         deterministic = rng is None
         logits = model.apply(
             {"params": params}, batch["src_tokens"], batch["tgt_input"],
@@ -318,7 +318,7 @@ def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: 
     return get_model(name, **wanted)
 
 
-def init_params(model: Any, rng: jax.Array) -> Any:
+def init_params(model: nn.Module, rng: jax.Array) -> Any:
     """``model.init`` on a [1, 8] dummy source and target; returns the params pytree."""
     dummy = jnp.full((1, 8), model.config.pad_id, jnp.int32)
     return model.init(rng, dummy, dummy)["params"]
@@ -328,8 +328,8 @@ class TrainedRun(NamedTuple):
     """A finished ``examples/nmt/train.py`` run: its model, the evaluated parameters
     (``final/``), both tokenizers, its config dict and where the parameters came from."""
 
-    model: Any
-    params: Any
+    model: nn.Module
+    params: Params
     src_tokenizer: Any
     tgt_tokenizer: Any
     config: dict[str, Any]
