@@ -36,7 +36,16 @@ from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 from textkit.pretrained.files import read_tensors, unsupported
-from textkit.pretrained.weights import SAME, heads_bias, linear, out_proj, stack_axis
+from textkit.pretrained.weights import (
+    SAME,
+    at,
+    heads_bias,
+    linear,
+    out_proj,
+    put,
+    to_textkit,
+    to_torch,
+)
 
 __all__ = ["MODEL_TYPES", "PretrainedEncoder", "encoder_config", "hf_config", "load",
            "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map"]
@@ -309,40 +318,26 @@ def _pick(tensors: Mapping[str, np.ndarray], key: str, config: EncoderConfig,
 
 
 
-
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig,
                         expected: Any, root: Path, fallback: Any = None) -> dict[str, Any]:
     """textkit params (numpy, ``expected``'s dtypes) from transformers' tensors, each
     shape-checked against ``expected`` (a ``jax.eval_shape`` of the params). With
     ``fallback`` (params of a fresh init), head weights the tensors lack are taken from it."""
     params: dict[str, Any] = {}
-    for path, keys, (to_textkit, _) in weight_map(config):
+    for path, keys, transform in weight_map(config):
         if fallback is not None and path[0] in _HEAD_PARAMS and not all(
                 any(n in tensors for n in _alternatives(k, config)) for k in keys):
-            value = fallback
-            for part in path:
-                value = value[part]
-            node = params
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
-            node[path[-1]] = np.array(value)
+            put(params, path, np.array(at(fallback, path)))
             continue
         arrays = [_pick(tensors, key, config, root) for key in keys]
-        value = to_textkit(arrays[0]) if len(arrays) == 1 else np.stack(
-            [to_textkit(a) for a in arrays], axis=stack_axis(path))
-        want = expected
-        for part in path:
-            want = want[part]
+        value, want = to_textkit(arrays, transform, path), at(expected, path)
         if tuple(value.shape) != tuple(want.shape):
             kind = VocabSizeMismatchError if path[0] in ("word_embeddings", "mlm_bias") \
                 else PretrainedError
             raise kind(f"{root}: {keys[0]} has shape {arrays[0].shape}, which gives "
                        f"{value.shape} for {'/'.join(path)}; config.json implies "
                        f"{tuple(want.shape)}")
-        node = params
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = np.ascontiguousarray(value, dtype=np.dtype(want.dtype))
+        put(params, path, np.ascontiguousarray(value, dtype=np.dtype(want.dtype)))
     decoder = _TIED_DECODER[config.architecture][0] if config.head == "masked_lm" else None
     if decoder in tensors and not np.array_equal(tensors[decoder],
                                                  params["word_embeddings"]["embedding"]):
@@ -356,17 +351,8 @@ def tensors_from_params(params: Any, config: EncoderConfig) -> dict[str, np.ndar
     """transformers' tensors (float32 numpy) from textkit params: the inverse of
     ``params_from_tensors``, the names and set transformers' ``save_pretrained`` writes."""
     tensors: dict[str, np.ndarray] = {}
-    for path, keys, (_, from_textkit) in weight_map(config):
-        value = params
-        for part in path:
-            value = value[part]
-        value = np.asarray(value, np.float32)
-        if len(keys) > 1:
-            for i, key in enumerate(keys):
-                tensors[key] = np.ascontiguousarray(
-                    from_textkit(np.take(value, i, axis=stack_axis(path))))
-        else:
-            tensors[keys[0]] = np.ascontiguousarray(from_textkit(value))
+    for path, keys, transform in weight_map(config):
+        tensors.update(zip(keys, to_torch(at(params, path), len(keys), transform, path)))
     return tensors
 
 

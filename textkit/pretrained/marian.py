@@ -55,7 +55,16 @@ from textkit.pretrained.errors import (
 )
 from textkit.pretrained.files import read_tensors, unsupported
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
-from textkit.pretrained.weights import SAME, heads_bias, linear, out_proj, stack_axis
+from textkit.pretrained.weights import (
+    SAME,
+    at,
+    heads_bias,
+    linear,
+    out_proj,
+    put,
+    to_textkit,
+    to_torch,
+)
 
 __all__ = [
     "Pretrained", "embedding_layout", "hf_config", "load", "marian_config",
@@ -163,7 +172,7 @@ def _layer_entries(side: str, i: int, heads: int, cross: bool) -> Iterator[tuple
 
 def weight_map(config: TransformerConfig) -> list[tuple]:
     """Every (textkit param path, [transformers keys], (to_textkit, from_textkit)) of a Marian
-    ``config``; several keys are stacked along a new axis (q/k/v, ``_stack_axis``)."""
+    ``config``; several keys are stacked along a new axis (q/k/v, ``weights.stack_axis``)."""
     heads = config.num_heads
     shared, enc, dec = (f"model.{n}.weight" for n in
                         ("shared", "encoder.embed_tokens", "decoder.embed_tokens"))
@@ -192,29 +201,21 @@ def _pick(tensors: Mapping[str, np.ndarray], key: str | list[str], root: Path) -
 
 
 
-
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
                         expected: Any, root: Path) -> dict[str, Any]:
     """textkit params (float32 numpy) from transformers' tensors, each shape-checked against
     ``expected`` (a ``jax.eval_shape`` of the params)."""
     params: dict[str, Any] = {}
-    for path, keys, (to_textkit, _) in weight_map(config):
+    for path, keys, transform in weight_map(config):
         arrays = [_pick(tensors, key, root) for key in keys]
-        value = to_textkit(arrays[0]) if len(arrays) == 1 else np.stack(
-            [to_textkit(a) for a in arrays], axis=stack_axis(path))
-        want = expected
-        for part in path:
-            want = want[part]
+        value, want = to_textkit(arrays, transform, path), at(expected, path)
         if tuple(value.shape) != tuple(want.shape):
             kind = VocabSizeMismatchError if "embed" in path[0] or path[0] in (
                 "output", "final_logits_bias") else PretrainedError
             raise kind(f"{root}: {' / '.join(keys[0] if isinstance(keys[0], list) else keys)}"
                        f" has shape {arrays[0].shape}, which gives {value.shape} for "
                        f"{'/'.join(path)}; config.json implies {tuple(want.shape)}")
-        node = params
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = np.ascontiguousarray(value, dtype=np.dtype(want.dtype))
+        put(params, path, np.ascontiguousarray(value, dtype=np.dtype(want.dtype)))
     return params
 
 
@@ -222,18 +223,9 @@ def tensors_from_params(params: Any, config: TransformerConfig) -> dict[str, np.
     """transformers' tensors (float32 numpy) from textkit params (inverse of
     ``params_from_tensors``); embeddings are written under every name transformers ties."""
     tensors: dict[str, np.ndarray] = {}
-    for path, keys, (_, from_textkit) in weight_map(config):
-        value = params
-        for part in path:
-            value = value[part]
-        value = np.asarray(value, np.float32)
-        if len(keys) > 1:
-            for i, key in enumerate(keys):
-                tensors[key] = np.ascontiguousarray(
-                    from_textkit(np.take(value, i, axis=stack_axis(path))))
-            continue
-        names = keys[0] if isinstance(keys[0], list) else keys
-        tensors[names[0]] = np.ascontiguousarray(from_textkit(value))
+    for path, keys, transform in weight_map(config):
+        names = [k[0] if isinstance(k, list) else k for k in keys]   # first of alternatives
+        tensors.update(zip(names, to_torch(at(params, path), len(keys), transform, path)))
     # transformers 5 ties nothing when tie_word_embeddings is false: every name gets a copy.
     enc, dec = tensors["model.encoder.embed_tokens.weight"], tensors.get(
         "model.decoder.embed_tokens.weight", tensors["model.encoder.embed_tokens.weight"])

@@ -4,10 +4,12 @@ checkpoint formats: each ``Transform`` is ``(to_textkit, to_transformers)``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["SAME", "Transform", "heads_bias", "linear", "out_proj", "stack_axis"]
+__all__ = ["SAME", "Transform", "at", "heads_bias", "linear", "out_proj", "put", "stack_axis",
+           "to_textkit", "to_torch"]
 
 Transform = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 
@@ -39,3 +41,36 @@ def heads_bias(heads: int) -> Transform:
 def stack_axis(path: tuple[str, ...]) -> int:
     """Axis of a q/k/v (or k/v) stack: 1 in a kernel [D, n, H, Dh], 0 in a bias [n, H, Dh]."""
     return 1 if path[-1] == "kernel" else 0
+
+
+def at(tree: Any, path: tuple[str, ...]) -> Any:
+    """The leaf of a nested dict at ``path``."""
+    for part in path:
+        tree = tree[part]
+    return tree
+
+
+def put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set the leaf at ``path`` of a nested dict, making the inner dicts."""
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[path[-1]] = value
+
+
+def to_textkit(arrays: list[np.ndarray], transform: Transform,
+               path: tuple[str, ...]) -> np.ndarray:
+    """One textkit leaf from its torch tensors: the one converted, or several (q/k/v)
+    converted and stacked on ``stack_axis(path)``."""
+    if len(arrays) == 1:
+        return transform[0](arrays[0])
+    return np.stack([transform[0](a) for a in arrays], axis=stack_axis(path))
+
+
+def to_torch(value: Any, count: int, transform: Transform,
+             path: tuple[str, ...]) -> list[np.ndarray]:
+    """The ``count`` torch tensors (float32, contiguous) of one textkit leaf: the inverse of
+    ``to_textkit``."""
+    value = np.asarray(value, np.float32)
+    parts = [value] if count == 1 else [np.take(value, i, axis=stack_axis(path))
+                                        for i in range(count)]
+    return [np.ascontiguousarray(transform[1](part)) for part in parts]
