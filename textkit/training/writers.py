@@ -43,7 +43,8 @@ class MetricWriter(Protocol):
         """The end of training (files flushed)."""
 
 
-def _finite(values: Mapping[str, Any]) -> dict[str, float]:
+def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    """The int and float entries of ``values`` as floats (non-finite ones kept)."""
     return {k: float(v) for k, v in values.items()
             if isinstance(v, int | float) and not isinstance(v, bool)}
 
@@ -68,7 +69,7 @@ class JsonlWriter:
     def write(self, kind: str, step: int, epoch: int, values: Mapping[str, float]) -> None:
         row = {"kind": kind, "step": int(step), "epoch": int(epoch),
                "wall_s": round(time.time() - self.started, 3)}
-        row.update({k: (v if math.isfinite(v) else str(v)) for k, v in _finite(values).items()})
+        row.update({k: (v if math.isfinite(v) else str(v)) for k, v in _numbers(values).items()})
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
@@ -93,7 +94,7 @@ class TensorBoardWriter:
                                      purge_step=step + 1 if step else None)
 
     def write(self, kind: str, step: int, epoch: int, values: Mapping[str, float]) -> None:
-        for name, value in _finite(values).items():
+        for name, value in _numbers(values).items():
             self._writer.add_scalar(f"{kind}/{name}", value, global_step=int(step))
         self._writer.flush()
 
