@@ -8,7 +8,7 @@ from textkit.batchify.containers import Dict, List, NamedTuple, Tuple
 from textkit.batchify.pad import Pad
 from textkit.batchify.shape import BatchShape
 from textkit.batchify.stack import Stack
-from textkit.batchify.tasks import ClassificationBatchify, Seq2SeqBatchify
+from textkit.batchify.tasks import ClassificationBatchify, EncoderBatchify, Seq2SeqBatchify
 
-__all__ = ["BatchShape", "ClassificationBatchify", "Dict", "List", "NamedTuple", "Pad",
-           "Seq2SeqBatchify", "Stack", "Tuple"]
+__all__ = ["BatchShape", "ClassificationBatchify", "Dict", "EncoderBatchify", "List",
+           "NamedTuple", "Pad", "Seq2SeqBatchify", "Stack", "Tuple"]

@@ -9,6 +9,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from textkit.data.conll import read_conll
 from textkit.data.datasets import (
     LanguageModelCorpus,
     ParallelTextDataset,
@@ -16,7 +19,9 @@ from textkit.data.datasets import (
     TSVDataset,
     read_lines,
 )
+from textkit.data.labelled_text import TextExamples, read_labelled, read_rows
 from textkit.data.registry import DatasetInfo, Source, register_dataset
+from textkit.data.squad import read_squad
 
 
 # ---------------------------------------------------------------------- builders
@@ -241,3 +246,141 @@ register_dataset(DatasetInfo(
                                   for label in ("neg", "pos")), flatten=False),),
     task="classification", splits={"train": "train", "test": "test"},
     fields=("text", "label"), build=_imdb))
+
+
+# ------------------------------------------------------- encoder fine-tuning: GLUE, SQuAD, NER
+_GLUE_DATA = "https://dl.fbaipublicfiles.com/glue/data"
+_GLUE = {
+    # name: (archive, dev file, text column, pair column, label column, label names (None:
+    # regression), header, description)
+    "glue_sst2": ("SST-2", "dev.tsv", "sentence", None, "label", ("0", "1"), True,
+                  "SST-2 sentiment: train 67,349 / dev 872 (labels 0 neg, 1 pos)"),
+    "glue_cola": ("CoLA", "dev.tsv", 3, None, 1, ("0", "1"), False,
+                  "CoLA acceptability: train 8,551 / dev 1,043 (Matthews correlation)"),
+    "glue_stsb": ("STS-B", "dev.tsv", "sentence1", "sentence2", "score", None, True,
+                  "STS-B similarity regression 0-5: train 5,749 / dev 1,500 (Pearson)"),
+    "glue_qnli": ("QNLI", "dev.tsv", "question", "sentence", "label",
+                  ("entailment", "not_entailment"), True,
+                  "QNLI question-sentence entailment: train 104,743 / dev 5,463"),
+    "glue_rte": ("RTE", "dev.tsv", "sentence1", "sentence2", "label",
+                 ("entailment", "not_entailment"), True,
+                 "RTE entailment: train 2,490 / dev 277"),
+    "glue_wnli": ("WNLI", "dev.tsv", "sentence1", "sentence2", "label", ("0", "1"), True,
+                  "WNLI: train 635 / dev 71"),
+    "glue_qqp": ("QQP", "dev.tsv", "question1", "question2", "is_duplicate", ("0", "1"), True,
+                 "QQP duplicate questions: train 363,846 / dev 40,430 (accuracy, F1)"),
+    "glue_mnli": ("MNLI", "dev_matched.tsv", "sentence1", "sentence2", "gold_label",
+                  ("contradiction", "entailment", "neutral"), True,
+                  "MNLI entailment: train 392,702 / dev-matched 9,815"),
+}
+
+
+def _glue_table(text: object, pair: object, label: object, names: tuple[str, ...] | None,
+                header: bool) -> Callable[..., TextExamples]:
+    def build(root: Path, files: Mapping[str, Path], **kwargs: Any) -> TextExamples:
+        return read_labelled(files["tsv"], text=text, pair=pair, label=label,
+                             label_names=names, regression=names is None, header=header)
+    return build
+
+
+for _name, (_archive, _dev, _text, _pair, _label, _names, _header, _about) in _GLUE.items():
+    register_dataset(DatasetInfo(
+        name=_name, folder=f"glue-{_archive.lower()}", description=f"GLUE {_about}",
+        segments={"train": {"tsv": "train.tsv"}, "dev": {"tsv": _dev}},
+        sources=(Source(f"{_archive}.zip", (f"{_GLUE_DATA}/{_archive}.zip",),
+                        ("md5", "9f81648d4199384278b86e315dac217c") if _archive == "SST-2"
+                        else None, members=("train.tsv", _dev)),),
+        task="sequence_classification", splits={"train": "train", "valid": "dev"},
+        fields=("text", "pair", "label") if _pair else ("text", "label"),
+        build=_glue_table(_text, _pair, _label, _names, _header)))
+
+
+def _mrpc(root: Path, files: Mapping[str, Path], **kwargs: Any) -> TextExamples:
+    """GLUE's MRPC split, made as its download script makes it: raw training pairs whose id pair
+    is in ``dev_ids.tsv`` are dev (role ``keep_ids``), the others train (role ``drop_ids``);
+    the raw test file is test."""
+    path = files["pairs"]
+    examples = read_labelled(path, text="#1 String", pair="#2 String", label="Quality",
+                             label_names=("0", "1"))
+    ids = files.get("keep_ids", files.get("drop_ids"))
+    if ids is None:
+        return examples
+    dev_ids = {tuple(row[:2]) for _, row in read_rows(ids, header=False)[1]}
+    _, rows = read_rows(path)
+    in_dev = np.array([(row[1], row[2]) in dev_ids for _, row in rows])
+    return examples.select(np.flatnonzero(in_dev if "keep_ids" in files else ~in_dev))
+
+
+_MRPC_DATA = "https://dl.fbaipublicfiles.com/senteval/senteval_data"
+_MRPC_DEV_IDS = ("https://firebasestorage.googleapis.com/v0/b/mtl-sentence-representations."
+                 "appspot.com/o/data%2Fmrpc_dev_ids.tsv?alt=media&token="
+                 "ec5c0836-31d5-48f4-b431-7480817f1adc")
+register_dataset(DatasetInfo(
+    name="glue_mrpc", folder="glue-mrpc",
+    description="GLUE MRPC paraphrase pairs: train 3,668 / dev 408 / test 1,725 (accuracy, F1 "
+                "of the paraphrase class), split from the raw MSR files as GLUE does",
+    segments={"train": {"pairs": "msr_paraphrase_train.txt", "drop_ids": "dev_ids.tsv"},
+              "dev": {"pairs": "msr_paraphrase_train.txt", "keep_ids": "dev_ids.tsv"},
+              "test": {"pairs": "msr_paraphrase_test.txt"}},
+    sources=(
+        Source("msr_paraphrase_train.txt", (f"{_MRPC_DATA}/msr_paraphrase_train.txt",),
+               ("sha256", "60a9b09084528f0673eedee2b69cb941920f0b8cd0eeccefc464a98768457f89")),
+        Source("msr_paraphrase_test.txt", (f"{_MRPC_DATA}/msr_paraphrase_test.txt",),
+               ("sha256", "a04e271090879aaba6423d65b94950c089298587d9c084bf9cd7439bd785f784")),
+        Source("dev_ids.tsv", (_MRPC_DEV_IDS,),
+               ("sha256", "971d7767d81b997fd9060ade0ec23c4fc31cbb226a55d1bd4a1bac474eb81dc7"))),
+    task="sequence_classification", splits={"train": "train", "valid": "dev", "test": "test"},
+    fields=("text", "pair", "label"), build=_mrpc))
+
+
+def _squad(root: Path, files: Mapping[str, Path], **kwargs: Any) -> list:
+    return read_squad(files["json"])
+
+
+_SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
+for _version, _dev_checksum, _about in (
+        ("1.1", ("sha256", "95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9"),
+         "train 87,599 / dev 10,570 questions"),
+        ("2.0", None, "train 130,319 / dev 11,873 questions, a third unanswerable")):
+    register_dataset(DatasetInfo(
+        name=f"squad{_version}", folder=f"squad-v{_version}",
+        description=f"SQuAD v{_version} extractive question answering: {_about}",
+        segments={seg: {"json": f"{seg}-v{_version}.json"} for seg in ("train", "dev")},
+        sources=(Source(f"train-v{_version}.json", (f"{_SQUAD}/train-v{_version}.json",), None),
+                 Source(f"dev-v{_version}.json", (f"{_SQUAD}/dev-v{_version}.json",),
+                        _dev_checksum)),
+        task="question_answering", splits={"train": "train", "valid": "dev"},
+        fields=("question", "context", "answers"), build=_squad))
+
+
+def _conll(root: Path, files: Mapping[str, Path], **kwargs: Any) -> list:
+    return read_conll(files["conll"])
+
+
+_WNUT = "https://raw.githubusercontent.com/leondz/emerging_entities_17/master"
+register_dataset(DatasetInfo(
+    name="wnut17", folder="wnut17",
+    description="WNUT-17 emerging entities NER (6 types, BIO): train 3,394 / dev 1,009 / test "
+                "1,287 sentences",
+    segments={"train": {"conll": "wnut17train.conll"}, "dev": {"conll": "emerging.dev.conll"},
+              "test": {"conll": "emerging.test.annotated"}},
+    sources=tuple(Source(name, (f"{_WNUT}/{name}",), ("sha256", digest)) for name, digest in (
+        ("wnut17train.conll", "731820e13f71af324c6b55a1575ec2ce59fbaa2a0806f8f0400b98d56cd6a7a5"),
+        ("emerging.dev.conll", "e053b752b8155113ca66e7db08af5f2f5f43ab993694e4774f1ec5bad42312d8"),
+        ("emerging.test.annotated",
+         "2aa79b764e56ec9264a1b30fdd9b70195bd00ff400b62edd8f399d5f13c178f0"))),
+    task="token_classification", splits={"train": "train", "valid": "dev", "test": "test"},
+    fields=("token", "tag"), build=_conll))
+
+# CoNLL-2003 English NER (Reuters; no official download): the mirror the Hugging Face dataset
+# reads, unverified (no checksum is published). Columns: token, POS, chunk, NER tag (IOB1).
+register_dataset(DatasetInfo(
+    name="conll2003", folder="conll2003",
+    description="CoNLL-2003 English NER (4 types, IOB1): train 14,041 / valid 3,250 / test "
+                "3,453 sentences",
+    segments={"train": {"conll": "train.txt"}, "valid": {"conll": "valid.txt"},
+              "test": {"conll": "test.txt"}},
+    sources=(Source("conll2003.zip", ("https://data.deepai.org/conll2003.zip",), None,
+                    members=("train.txt", "valid.txt", "test.txt")),),
+    task="token_classification", splits={"train": "train", "valid": "valid", "test": "test"},
+    fields=("token", "tag"), build=_conll))

@@ -118,14 +118,22 @@ class EncoderTokenizer:
         return self.tokenizer.decode([int(i) for i in ids],
                                      skip_special_tokens=skip_special_tokens)
 
-    def encodings(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
-                  max_length: int | None = None) -> list[Any]:
+    def encodings(self, texts: Sequence[str] | Sequence[Sequence[str]],
+                  pairs: Sequence[str] | None = None, max_length: int | None = None, *,
+                  truncation: str = "longest_first", stride: int = 0,
+                  is_pretokenized: bool = False) -> list[Any]:
         """The ``tokenizers.Encoding`` of every text (pair), special tokens added, truncated to
-        ``max_length`` tokens (longest_first) when given."""
+        ``max_length`` tokens when given: ``truncation`` is ``longest_first``, ``only_first``
+        or ``only_second``; the cut-off tokens are in each encoding's ``overflowing`` list, as
+        further windows sharing ``stride`` tokens with the previous one (question answering:
+        ``only_second`` windows over the context). ``is_pretokenized``: each text is a list of
+        words (token classification; ``Encoding.word_ids`` maps tokens to words)."""
         texts = list(texts)
+        kind = list if is_pretokenized else str
         for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}] is a {type(text).__name__}, expected str")
+            if not isinstance(text, kind):
+                raise TypeError(f"texts[{i}] is a {type(text).__name__}, expected "
+                                f"{kind.__name__}")
         inputs: list[Any] = texts
         if pairs is not None:
             pairs = list(pairs)
@@ -140,9 +148,10 @@ class EncoderTokenizer:
             if max_length <= special:
                 raise ValueError(f"max_length={max_length} leaves no room for text: the "
                                  f"special tokens alone take {special}")
-            self.tokenizer.enable_truncation(max_length, strategy="longest_first")
+            self.tokenizer.enable_truncation(max_length, stride=stride, strategy=truncation)
         try:
-            return self.tokenizer.encode_batch(inputs, add_special_tokens=True)
+            return self.tokenizer.encode_batch(inputs, add_special_tokens=True,
+                                               is_pretokenized=is_pretokenized)
         finally:
             self.tokenizer.no_truncation()
 

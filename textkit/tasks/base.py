@@ -21,7 +21,7 @@ A task turns one frozen ``TaskConfig`` into the pieces ``textkit.training.fit`` 
 never exits the process: bad settings raise ``textkit.errors.ConfigError``.
 
 ``register_task`` adds a task; the conformance test (``tests/test_task_contract.py``) then runs
-it with every model preset of its family (``textkit.models.list_models(task.name)``).
+it with every model preset of its family (``textkit.models.list_models(task.family())``).
 """
 
 from __future__ import annotations
@@ -113,12 +113,13 @@ class TaskConfig:
 class Task(abc.ABC):
     """One task: the pieces ``fit`` needs, built from a frozen ``TaskConfig``.
 
-    Class attributes: ``name`` (also the model-registry family of its presets),
-    ``config_class``, ``toy_splits`` (the splits of the generated toy data), ``eval_metric``
-    and ``eval_mode`` (``"max"`` or ``"min"``) ranking checkpoints.
+    Class attributes: ``name``, ``model_family`` (the model-registry family of its presets;
+    None: ``name``), ``config_class``, ``toy_splits`` (the splits of the generated toy data),
+    ``eval_metric`` and ``eval_mode`` (``"max"`` or ``"min"``) ranking checkpoints.
     """
 
     name: ClassVar[str]
+    model_family: ClassVar[str | None] = None
     config_class: ClassVar[type[TaskConfig]]
     toy_splits: ClassVar[tuple[str, ...]] = ("train", "valid", "test")
     eval_metric: ClassVar[str]
@@ -142,6 +143,11 @@ class Task(abc.ABC):
         if self.config.dataset == "toy":
             return self.toy_splits
         return tuple(get_dataset_info(self.config.dataset).splits)
+
+    @classmethod
+    def family(cls) -> str:
+        """The model-registry family of the task's presets."""
+        return cls.model_family or cls.name
 
     @classmethod
     def datasets(cls) -> list[str]:

@@ -1,0 +1,113 @@
+"""The encoder fine-tuning recipe that ``examples/finetune/classify.py``, ``squad.py`` and
+``ner.py`` run with their task: parse -> task pieces -> ``training.fit`` -> best checkpoint ->
+scores -> export.
+
+Training: token-budget buckets (the padding they save against ``--max-length`` is logged),
+AdamW, evaluation each epoch (or every ``--eval-every`` steps), the best checkpoint by the task's
+metric kept (``checkpoints/``), ``--resume``, several devices as in the translation recipe.
+At the end the best parameters are scored on the validation split (and the test split where
+there is one), exported with ``save_pretrained`` to ``<run>/export`` (transformers loads it),
+and ``summary.json`` gets the scores. ``--predict FILE`` with ``--pretrained <run>/export``
+writes ``<run>/predictions.jsonl`` (``predictions.json`` for SQuAD) instead of training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from textkit import parallel
+from textkit.cli.flags import parse_config
+from textkit.tasks.finetune import EncoderTask, bucket_padding
+from textkit.training import RunDir, create_train_state, fit, launch, run_writers
+
+__all__ = ["RESUME_KEYS", "finetune"]
+
+RESUME_KEYS = ("dataset", "pretrained", "init", "model", "model_overrides", "precision",
+               "vocab_size", "max_length", "batch_tokens", "num_buckets", "train_file",
+               "accum_steps", "seed")
+"""Settings a resumed run must share with the run it continues."""
+
+
+def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
+             description: str) -> dict[str, Any]:
+    """Run the recipe (module docstring) for ``task_cls`` with the command line ``argv``;
+    returns the summary."""
+    config = parse_config(task_cls.config_class, argv, description)
+    if config.predict:
+        return predict(task_cls, config)
+    run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,
+                       runs_folder=config.runs_folder, processes=config.launch,
+                       check=RESUME_KEYS)
+    task = task_cls(config, run)
+    data = {split: task.read_split(split) for split in task.splits}
+    task.prepare(data)
+    loader = task.make_loader(data["train"], train=True)
+    padding = bucket_padding(loader, config.max_length)
+    run.log(f"{loader.batch_sampler.stats()}\npadding: buckets {padding['bucket_padding']:.1%}"
+            f" of the padded tokens, --max-length {config.max_length} "
+            f"{padding['max_length_padding']:.1%}: buckets save "
+            f"{padding['tokens_saved']:.1%} of the tokens")
+    model = task.build_model()
+    fit_config = config.fit
+    total_steps = fit_config.max_steps or fit_config.epochs * len(loader)
+    optimizer, learning_rate = task.optimizer(total_steps)
+    init_key, train_key = jax.random.split(jax.random.PRNGKey(config.seed))
+    state = parallel.replicate(create_train_state(task.init_params(model, init_key), optimizer,
+                                                  train_key), mesh)
+    num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    train_step = task.make_train_step(model, optimizer, accum_steps=config.accum_steps,
+                                      **parallel.train_step_shardings(mesh, state))
+    metric = f"valid_{task.eval_metric}"
+    manager = run.checkpoint_manager(max_to_keep=1, best_metric=metric,
+                                     best_mode=task.eval_mode)
+
+    def evaluate(state: Any) -> dict[str, float]:
+        scores = task.evaluate(model, state.params, data["valid"])
+        return {f"valid_{k}": v for k, v in scores.items()}
+
+    result = fit(state, train_step, loader, fit_config, checkpoints=manager, evaluate=evaluate,
+                 place=lambda state: parallel.replicate(state, mesh),
+                 to_device=lambda batch: parallel.global_batch(batch, mesh),
+                 count_tokens=task.count_tokens, log=run.log, learning_rate=learning_rate,
+                 writers=run_writers(run.root, tensorboard=config.tensorboard,
+                                     main_process=run.main_process),
+                 desc=f"{task.name} {config.dataset}")
+    best_step = manager.best_step()
+    best, extra = manager.restore("best", result.state)
+    params = best.params
+    scores = {k: v for k, v in extra["metrics"].items() if k.startswith("valid_")}
+    if "test" in data:
+        scores.update({f"test_{k}": v for k, v in task.evaluate(
+            model, params, data["test"]).items()})
+    export = None
+    if config.export and run.main_process:
+        export = str(task.export(model, params, run.root / "export",
+                                 labels=task.export_labels()))
+    task.write_outputs(run, model, params, data)
+    summary = run.summary(task.name, config.record(), result, num_params=num_params, results={
+        "best_step": best_step, "eval_metric": task.eval_metric, **scores,
+        "padding": padding, "num_bucket_shapes": len(loader.batch_sampler.bucket_shapes),
+        "export": export})
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if not k.endswith("count"))
+    run.log(f"{task.name} on {config.dataset}: {summary['steps']} steps, {num_params:,} "
+            f"params, best step {best_step}: {shown}; {summary['tokens_per_s']:.0f} train "
+            f"tokens/s, {summary['wall_s']:.0f}s -> {run.root}")
+    return summary
+
+
+def predict(task_cls: type[EncoderTask], config: Any) -> dict[str, Any]:
+    """Predictions of a fine-tuned export (``--pretrained``) for the inputs of
+    ``--predict FILE``, written into a new run directory."""
+    run = RunDir.start(config.save_dir, config.runs_folder, config.record(), resume=False,
+                       check=())
+    task = task_cls(config, run)
+    data = task.read_inputs(config.predict)
+    task.prepare_inputs(data)
+    model = task.build_model()
+    params = task.init_params(model, jax.random.PRNGKey(0))
+    path, count = task.write_predictions(run, model, params, data)
+    run.log(f"{count:,} predictions of {config.pretrained} for {config.predict} -> {path}")
+    return {"predictions": str(path), "count": count}

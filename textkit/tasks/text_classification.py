@@ -1,0 +1,260 @@
+"""Sentence and sentence-pair classification and regression with a pretrained encoder (GLUE):
+``examples/finetune/classify.py``.
+
+Examples are ``textkit.data.labelled_text.TextExamples`` from a catalogue entry (``glue_sst2``,
+``glue_mrpc``, ...) or from table files (``--train-file``, TSV / CSV / JSON Lines with the
+``--text-column`` / ``--pair-column`` / ``--label-column`` names). Each becomes ``input_ids``
+(and ``token_type_ids``) truncated to ``--max-length`` (longest first) and a ``labels`` scalar:
+the class id, or the float target with ``--regression`` (and ``glue_stsb``).
+
+``evaluate`` gives ``accuracy`` and, for two classes, ``f1`` (of class 1, GLUE's MRPC / QQP
+figure) and ``mcc`` (Matthews correlation, CoLA's); regression gives ``pearson``, ``spearman``
+and ``mse``. The metric that ranks checkpoints is the dataset's GLUE figure (``--metric``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from textkit.data import get_dataset, get_dataset_info, toy_sentiment
+from textkit.data.labelled_text import TextExamples, label_set, read_labelled
+from textkit.errors import ConfigError
+from textkit.settings import flag
+from textkit.tasks.base import LossFn, Params, register_task
+from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig
+from textkit.training.losses import cross_entropy
+from textkit.training.run_dir import RunDir
+
+__all__ = ["TextClassificationConfig", "TextClassificationTask", "classification_scores"]
+
+_METRICS = {"glue_mrpc": "f1", "glue_qqp": "f1", "glue_cola": "mcc", "glue_stsb": "pearson"}
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank), for Spearman's correlation."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.arange(len(x), dtype=np.float64)
+    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    denominator = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / denominator) if denominator else 0.0
+
+
+def classification_scores(predicted: np.ndarray, gold: np.ndarray, *, regression: bool,
+                          num_labels: int) -> dict[str, float]:
+    """Scores of ``predicted`` against ``gold`` ([N] class ids, or float targets with
+    ``regression``): module docstring."""
+    if regression:
+        predicted, gold = predicted.astype(np.float64), gold.astype(np.float64)
+        return {"pearson": _pearson(predicted, gold),
+                "spearman": _pearson(_ranks(predicted), _ranks(gold)),
+                "mse": float(np.mean((predicted - gold) ** 2)), "count": float(len(gold))}
+    scores = {"accuracy": float(np.mean(predicted == gold)), "count": float(len(gold))}
+    if num_labels == 2:
+        tp = float(np.sum((predicted == 1) & (gold == 1)))
+        fp = float(np.sum((predicted == 1) & (gold == 0)))
+        fn = float(np.sum((predicted == 0) & (gold == 1)))
+        tn = float(np.sum((predicted == 0) & (gold == 0)))
+        scores["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+        denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+        scores["mcc"] = float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+    return scores
+
+
+@dataclasses.dataclass(frozen=True)
+class TextClassificationConfig(EncoderTaskConfig):
+    """A GLUE-style fine-tuning run (``examples/finetune/classify.py``); each field is the flag
+    of the same name."""
+
+    text_column: str = flag("sentence", "column (or JSON field) of the text in --train-file "
+                            "etc.; a number for files without a header", group="data")
+    pair_column: str | None = flag(None, "column of the second text (sentence-pair tasks)",
+                                   group="data")
+    label_column: str = flag("label", "column of the label", group="data")
+    labels: tuple[str, ...] | None = flag(None, "the label set in id order, e.g. neg,pos "
+                                          "(default: the training file's sorted values)",
+                                          group="data")
+    regression: bool = flag(False, "float targets and a mean-squared-error loss", group="data")
+    metric: str | None = flag(None, "the score ranking checkpoints: accuracy, f1, mcc, "
+                              "pearson, spearman (default: the dataset's GLUE figure)",
+                              group="evaluation")
+    runs_name: ClassVar[str] = "classify"
+
+
+def _toy(split: str, size: int, seed: int) -> TextExamples:
+    pairs = toy_sentiment(split, size, seed=seed)
+    return TextExamples([t for t, _ in pairs], None, np.array([y for _, y in pairs], np.int32),
+                        ("neg", "pos"))
+
+
+@register_task
+class TextClassificationTask(EncoderTask):
+    """Sentence (pair) classification / regression with an encoder (module docstring)."""
+
+    name = "sequence_classification"
+    head = "sequence_classification"
+    config_class = TextClassificationConfig
+    toy_splits = ("train", "valid")
+    eval_metric = "accuracy"
+    config: TextClassificationConfig
+
+    def __init__(self, config: TextClassificationConfig, run: RunDir,
+                 log: Callable[[str], None] | None = None):
+        super().__init__(config, run, log)
+        self.regression = config.regression or config.dataset == "glue_stsb"
+        self.label_names: list[str] = list(config.labels or ())
+        self.eval_metric = config.metric or _METRICS.get(
+            config.dataset, "pearson" if self.regression else "accuracy")
+        pair_dataset = config.dataset != "toy" and "pair" in get_dataset_info(
+            config.dataset).fields
+        if config.train_file and pair_dataset and not config.pair_column:
+            raise ConfigError(f"{config.dataset} is a sentence-pair task: --train-file needs "
+                              "--pair-column (beside --text-column) naming its second text")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        config = self.config
+        splits = ("train", "valid") if config.train_file else super().splits
+        return splits + (("test",) if config.test_file and "test" not in splits else ())
+
+    # -------------------------------------------------------------------------------- data
+    def read_split(self, split: str) -> TextExamples:
+        config = self.config
+        path = {"train": config.train_file, "valid": config.valid_file,
+                "test": config.test_file}.get(split)
+        if path:
+            return self.read_file(path)
+        if config.train_file:
+            raise ConfigError(f"--train-file needs --{split}-file too")
+        if config.dataset == "toy":
+            size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
+            return _toy(split, size, config.seed + (split != "train"))
+        segment = get_dataset_info(config.dataset).splits[split]
+        return get_dataset(config.dataset, segment, root=config.data_dir)
+
+    def read_file(self, path: str, *, labelled: bool = True) -> TextExamples:
+        """The examples of a table file with the configured columns; labels are checked
+        against the label set (``--labels``, else the first file's sorted values)."""
+        config = self.config
+        if labelled and not self.regression and not self.label_names:
+            self.label_names = label_set(path, config.label_column)
+        return read_labelled(path, text=config.text_column, pair=config.pair_column,
+                             label=config.label_column if labelled else None,
+                             label_names=self.label_names, regression=self.regression)
+
+    def num_labels(self) -> int:
+        return 1 if self.regression else max(len(self.label_names), 2)
+
+    def prepare(self, data: Mapping[str, TextExamples]) -> None:
+        """The label set and the tokenizer (and checkpoint); checks that every split has the
+        training split's layout (pairs or not, labels of one kind)."""
+        train = data["train"]
+        self.regression = train.regression
+        self.label_names = list(train.label_names or self.label_names or [
+            str(i) for i in range(int(train.labels.max()) + 1)])
+        for split, examples in data.items():
+            if (examples.pairs is None) != (train.pairs is None):
+                has = "has no" if examples.pairs is None else "has"
+                raise ConfigError(f"the {split} split {has} second texts, unlike the train "
+                                  "split: give --pair-column for both or neither")
+        self.load_checkpoint(train.texts + (train.pairs or []))
+        self.log(f"{self.config.dataset}: " + ", ".join(
+            f"{s} {len(v):,}" for s, v in data.items()) + " examples; "
+            + ("regression" if self.regression else f"labels {self.label_names}")
+            + (", sentence pairs" if train.pairs is not None else "")
+            + f"; ranked by {self.eval_metric}")
+
+    def encode(self, data: TextExamples) -> list[dict[str, Any]]:
+        """One encoded example per text (pair), with its ``labels`` and ``index``."""
+        encodings = self.tokenizer.encodings(data.texts, data.pairs, self.config.max_length)
+        labels = data.labels if data.labels is not None else np.zeros(len(data), np.int32)
+        return [{"input_ids": np.asarray(e.ids, np.int32),
+                 "token_type_ids": np.asarray(e.type_ids, np.int32),
+                 "labels": labels[i], "index": np.int32(i)}
+                for i, e in enumerate(encodings)]
+
+    # ------------------------------------------------------------------------------- model
+    def make_loss(self, model: Any) -> LossFn:
+        regression = self.regression
+
+        def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
+            rngs = None if rng is None else {"dropout": rng}
+            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
+                      if k in batch}
+            logits = model.apply({"params": params}, **inputs, deterministic=rng is None,
+                                 rngs=rngs)["logits"]                         # [B, C] float32
+            weights = batch["weights"]                                        # [B]
+            tokens = jnp.sum(batch["attention_mask"] * weights[:, None])
+            if regression:
+                error = (logits[:, 0] - batch["labels"]) ** 2                   # [B]
+                return jnp.sum(error * weights), (jnp.sum(weights),
+                                                  {"input_tokens": tokens})
+            loss_sum, weight_sum = cross_entropy(logits, batch["labels"], weights)
+            hits = (jnp.argmax(logits, -1) == batch["labels"]).astype(jnp.float32)
+            return loss_sum, (weight_sum, {"correct": jnp.sum(hits * weights),
+                                           "input_tokens": tokens})
+
+        return loss_fn
+
+    # -------------------------------------------------------------------------- evaluation
+    def predict(self, model: Any, params: Params, data: TextExamples) -> np.ndarray:
+        """[N] predicted class ids (float targets with regression) of every example."""
+        out = np.zeros(len(data), np.float32 if self.regression else np.int32)
+        for batch, outputs in self.predictions(model, params,
+                                               self.make_loader(data, train=False)):
+            real = batch["weights"] > 0
+            logits = outputs["logits"][real]
+            out[batch["index"][real]] = logits[:, 0] if self.regression else logits.argmax(-1)
+        return out
+
+    def evaluate(self, model: Any, params: Params, data: TextExamples) -> dict[str, float]:
+        if data.labels is None:
+            raise ConfigError("evaluate needs labelled examples")
+        return classification_scores(self.predict(model, params, data), data.labels,
+                                     regression=self.regression, num_labels=self.num_labels())
+
+    # ------------------------------------------------------------------------------ outputs
+    def export_labels(self) -> Sequence[str] | None:
+        return None if self.regression else self.label_names
+
+    def read_inputs(self, path: str) -> TextExamples:
+        """The texts (pairs) of ``--predict FILE`` (the configured columns; labels ignored)."""
+        return self.read_file(path, labelled=False)
+
+    def prepare_inputs(self, data: TextExamples) -> None:
+        """The export's label names (``id2label``) and whether it is a regression head."""
+        hf = json.loads((Path(self.config.pretrained) / "config.json").read_text("utf-8"))
+        id2label = hf.get("id2label") or {}
+        self.regression = hf.get("problem_type") == "regression" or int(
+            hf.get("num_labels", len(id2label) or 2)) == 1
+        self.label_names = [id2label.get(str(i), str(i)) for i in range(len(id2label))]
+        super().prepare_inputs(data)
+
+    def write_predictions(self, run: RunDir, model: Any, params: Params,
+                          data: TextExamples) -> tuple[Path, int]:
+        """``<run>/predictions.jsonl``: per input its text(s) and predicted label (name)."""
+        predicted = self.predict(model, params, data).tolist()
+        lines = []
+        for i, value in enumerate(predicted):
+            record: dict[str, Any] = {"text": data.texts[i]}
+            if data.pairs is not None:
+                record["pair"] = data.pairs[i]
+            record["label"] = value if self.regression or value >= len(self.label_names) \
+                else self.label_names[value]
+            lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+        run.write_text("predictions.jsonl", "".join(lines))
+        return run.root / "predictions.jsonl", len(lines)
