@@ -322,7 +322,8 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig
                         expected: Any, root: Path, fallback: Any = None) -> dict[str, Any]:
     """textkit params (numpy, ``expected``'s dtypes) from transformers' tensors, each
     shape-checked against ``expected`` (a ``jax.eval_shape`` of the params). With
-    ``fallback`` (params of a fresh init), head weights the tensors lack are taken from it."""
+    ``fallback`` (params of a fresh init), head weights the tensors lack, or hold with another
+    number of labels, are taken from it."""
     params: dict[str, Any] = {}
     for path, keys, transform in weight_map(config):
         if fallback is not None and path[0] in _HEAD_PARAMS and not all(
@@ -331,6 +332,10 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig
             continue
         arrays = [_pick(tensors, key, config, root) for key in keys]
         value, want = to_textkit(arrays, transform, path), at(expected, path)
+        if fallback is not None and path[0] in _HEAD_PARAMS and (
+                tuple(value.shape) != tuple(want.shape)):     # a head with other labels
+            put(params, path, np.array(at(fallback, path)))
+            continue
         if tuple(value.shape) != tuple(want.shape):
             kind = VocabSizeMismatchError if path[0] in ("word_embeddings", "mlm_bias") \
                 else PretrainedError

@@ -219,6 +219,11 @@ class EncoderTask(Task):
         self._predict_fns: dict[int, Callable] = {}
         self._encoded: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
 
+    @property
+    def data_name(self) -> str:
+        """What the data is, for logs: the dataset name or the training file."""
+        return self.config.train_file or self.config.dataset
+
     # ------------------------------------------------------------------------------- model
     def num_labels(self) -> int:
         """Output size of the head."""

@@ -169,7 +169,7 @@ class QuestionAnsweringTask(EncoderTask):
         train = data["train"]
         self.load_checkpoint([q.question for q in train]
                              + list(dict.fromkeys(q.context for q in train)))
-        self.log(f"{self.config.dataset}: " + ", ".join(
+        self.log(f"{self.data_name}: " + ", ".join(
             f"{s} {len(v):,}" for s, v in data.items()) + " questions"
             + (" (with unanswerable ones: SQuAD v2.0 rules)" if self.with_impossible else ""))
 

@@ -172,7 +172,7 @@ class TextClassificationTask(EncoderTask):
                 raise ConfigError(f"the {split} split {has} second texts, unlike the train "
                                   "split: give --pair-column for both or neither")
         self.load_checkpoint(train.texts + (train.pairs or []))
-        self.log(f"{self.config.dataset}: " + ", ".join(
+        self.log(f"{self.data_name}: " + ", ".join(
             f"{s} {len(v):,}" for s, v in data.items()) + " examples; "
             + ("regression" if self.regression else f"labels {self.label_names}")
             + (", sentence pairs" if train.pairs is not None else "")

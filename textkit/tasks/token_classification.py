@@ -101,7 +101,7 @@ class TokenClassificationTask(EncoderTask):
                 raise ConfigError(f"the {split} split has tags the training split lacks: "
                                   f"{sorted(unknown)} (tag set {self.tags})")
         self.load_checkpoint(" ".join(s.tokens) for s in data["train"])
-        self.log(f"{self.config.dataset}: " + ", ".join(
+        self.log(f"{self.data_name}: " + ", ".join(
             f"{s} {len(v):,}" for s, v in data.items()) + f" sentences; tags {self.tags}")
 
     def encode(self, data: list[TaggedSentence]) -> list[dict[str, Any]]:
