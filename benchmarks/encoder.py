@@ -23,8 +23,8 @@ transformers runs in its own process (``hf_encoder.py``, with the Python given b
 ``--peer-python``: any environment with torch and transformers) and the two alternate, round by
 round; the figures are medians over ``--rounds``, the ratios textkit / transformers; compile
 times are reported apart. Without torch / transformers in that Python (or with ``--no-peer``)
-the JSON line has ``peer_skipped`` (the reason) instead of the ratios; with it,
-``infer_logits_max_abs_diff`` checks that both sides compute the same logits. ``--quick``: a 2-layer,
+the JSON line has ``peer_skipped`` (the reason) instead of the ratios; when both run,
+``infer_logits_max_abs_diff`` checks that they compute the same logits. ``--quick``: a 2-layer,
 64-wide model, vocabulary 1,000, 4 x 16 tokens (checks that the script runs). The last output
 line is one JSON object.
 
