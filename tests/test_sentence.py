@@ -162,3 +162,20 @@ def test_unsupported_modules_are_named(tmp_path):
     (root / "1_Pooling" / "config.json").unlink()
     with pytest.raises(MissingFileError, match="1_Pooling"):
         load_pretrained(root)
+
+
+def test_do_lower_case_and_prompts(tmp_path):
+    root = _copy(tmp_path)
+    (root / "0_Transformer" / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 20, "do_lower_case": True}))
+    settings = json.loads((root / "config_sentence_transformers.json").read_text())
+    (root / "config_sentence_transformers.json").write_text(
+        json.dumps({**settings, "prompts": {"query": "query: "},
+                    "default_prompt_name": "query"}))
+    with pytest.warns(UserWarning, match="prompt"):
+        lowered = load_pretrained(root)
+    assert "Lowercase" in repr(lowered.tokenizer.tokenizer.normalizer)
+    upper = [text.upper() for text in TEXTS]
+    np.testing.assert_allclose(embed_texts(lowered, upper),
+                               np.load(FIXTURES / "bert_cls_dense" / "reference.npy"),
+                               rtol=0, atol=ATOL)

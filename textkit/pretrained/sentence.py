@@ -139,10 +139,8 @@ def _dense(path: Path, width: int) -> tuple[SentenceDense, dict[str, np.ndarray]
 
 def _limits(path: Path, positions: int) -> tuple[int, bool]:
     """``(max_seq_length, do_lower_case)`` of the Transformer module in ``path``."""
-    config: dict[str, Any] = {}
-    for candidate in sorted(path.glob("sentence_*_config.json")):
-        config = _read_json(candidate)
-        break
+    candidates = sorted(path.glob("sentence_*_config.json"))   # sentence_bert_config.json, ...
+    config: dict[str, Any] = _read_json(candidates[0]) if candidates else {}
     limit = config.get("max_seq_length")
     if limit is None and (path / "tokenizer_config.json").is_file():
         limit = _read_json(path / "tokenizer_config.json").get("model_max_length")
@@ -180,10 +178,10 @@ def load(root: Path, transformer: PretrainedEncoder) -> PretrainedEncoder:
     if lower:
         _lowercase(tokenizer)
     settings = root / "config_sentence_transformers.json"
-    if settings.is_file() and _read_json(settings).get("default_prompt_name"):
-        warnings.warn(f"{settings}: default_prompt_name "
-                      f"{_read_json(settings)['default_prompt_name']!r}: textkit does not "
-                      f"prepend prompts; add it to the texts", UserWarning, stacklevel=3)
+    prompt = _read_json(settings).get("default_prompt_name") if settings.is_file() else None
+    if prompt:
+        warnings.warn(f"{settings}: default_prompt_name {prompt!r}: textkit does not prepend "
+                      f"prompts; add the prompt to the texts", UserWarning, stacklevel=3)
     config = SentenceEncoderConfig.for_encoder(
         encoder.config, pooling=pooling, dense=tuple(dense),
         normalize=modules[-1][0] == "Normalize", max_seq_length=limit)
