@@ -179,3 +179,11 @@ def test_do_lower_case_and_prompts(tmp_path):
     np.testing.assert_allclose(embed_texts(lowered, upper),
                                np.load(FIXTURES / "bert_cls_dense" / "reference.npy"),
                                rtol=0, atol=ATOL)
+
+
+def test_an_encoder_with_a_head_is_pooled_from_its_last_layer():
+    model, params, tokenizer = load_pretrained(FIXTURES.parent / "encoders" / "bert_seqcls")
+    batch = tokenizer.encode_batch(TEXTS[:3])
+    hidden = model.apply({"params": params}, **batch, output_hidden_states=True)["hidden_states"]
+    np.testing.assert_allclose(embed_texts((model, params, tokenizer), TEXTS[:3], pooling="cls"),
+                               np.asarray(hidden[-1][:, 0]), rtol=0, atol=ATOL)

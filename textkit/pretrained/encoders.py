@@ -8,7 +8,9 @@ layout in and out of textkit's ``models.encoder.Encoder``.
 ``BertModel`` -> ``model``, ...) and returns ``PretrainedEncoder(model, params, tokenizer)``.
 ``save_pretrained(model, params, tokenizer, dir)`` writes the layout back (the tensor names
 transformers writes, tied weights once), so that transformers loads it with the same outputs;
-load -> save -> load is exact.
+load -> save -> load is exact. Class names (``id2label``, when not transformers' ``LABEL_<i>``)
+load into ``EncoderConfig.labels``; ``save_pretrained(..., labels=[...])`` or the config's
+labels are written back as ``id2label`` / ``label2id``.
 
 Weights map one to one (torch ``Linear`` [out, in] -> kernel [in, out]); per layer, BERT's
 ``attention.self.{query,key,value}`` (DistilBERT's ``attention.{q,k,v}_lin``) -> the fused
