@@ -43,3 +43,12 @@ def test_train_step_benchmark_quick(tmp_path):
     for case in ("small_float32", "small_bfloat16"):
         assert result[case]["textkit_tok_s"] > 0 and result[case]["flax_ref_tok_s"] > 0
     assert "cpu" in result
+
+
+@pytest.mark.slow
+def test_encoder_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "encoder.py"), "--quick", "--no-peer", "--rounds", "1",
+                        "--bfloat16", "on"], tmp_path)
+    assert result["infer_sent_s"] > 0 and result["infer_bf16_sent_s"] > 0
+    assert result["train_tok_s"] > 0
+    assert result["peer_skipped"] == "--no-peer" and "infer_ratio" not in result

@@ -17,13 +17,15 @@ from textkit.models.registry import (
     register_model,
     register_preset,
 )
+from textkit.models.sentence_encoder import SentenceEncoder, SentenceEncoderConfig
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
     "AWDLSTMLM", "AWDLSTMLMConfig", "Encoder", "EncoderConfig", "GNMT", "GNMTConfig", "LSTMLM",
     "LSTMLMConfig",
-    "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "TextCNN", "TextCNNConfig",
+    "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "SentenceEncoder",
+    "SentenceEncoderConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "config_class",
     "get_model", "list_models", "max_positions", "parse_overrides", "register_model",
     "register_preset",

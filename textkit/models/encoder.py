@@ -77,7 +77,8 @@ class EncoderConfig(ModelConfig):
     width of the embeddings, projected to ``hidden_size`` (None: ``hidden_size``).
     ``classifier_dropout`` None uses ``dropout``. ``gradient_checkpointing`` recomputes each
     layer's activations in the backward pass. ``pad_id`` is the padding token (RoBERTa counts
-    positions from ``pad_id + 1``).
+    positions from ``pad_id + 1``). ``labels``: the class names of a classification head
+    (transformers' ``id2label``; None: unnamed), one per label, distinct.
     """
 
     tiny: ClassVar[Mapping[str, Any]] = {"hidden_size": 16, "num_layers": 1, "num_heads": 2,
@@ -104,6 +105,7 @@ class EncoderConfig(ModelConfig):
     classifier_dropout: float | None = None
     num_labels: int = 2
     gradient_checkpointing: bool = False
+    labels: tuple[str, ...] | None = None
 
     def _validate(self) -> None:
         name = type(self).__name__
@@ -124,6 +126,11 @@ class EncoderConfig(ModelConfig):
                              f"architecture={self.architecture!r})")
         if self.num_labels < 1:
             raise ValueError(f"{name}.num_labels={self.num_labels}; expected >= 1")
+        if self.labels is not None:
+            object.__setattr__(self, "labels", tuple(str(label) for label in self.labels))
+            if len(self.labels) != self.num_labels or len(set(self.labels)) != self.num_labels:
+                raise ValueError(f"{name}.labels={self.labels!r}; expected {self.num_labels} "
+                                 f"distinct names (num_labels)")
         if self.max_positions < 1:
             raise ValueError(f"{name}.max_position_embeddings={self.max_position_embeddings} "
                              f"leaves no positions (pad_id={self.pad_id})")

@@ -4,15 +4,19 @@
 ``model_type`` (``loader.LOADERS``): "marian" (Marian / OPUS-MT translation models) gives
 ``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; "bert", "roberta", "xlm-roberta",
 "electra", "distilbert" (``encoders``) give ``PretrainedEncoder(model, params, tokenizer)``.
-``save_pretrained`` writes either back (transformers loads it), ``load_translator(dir)`` gives
-``(Translator, params)`` searching as transformers' ``generate`` does, with the options of
-``generation_options(dir)``. Errors are ``PretrainedError``s (``textkit.errors.TextkitError``
-and ``ValueError``) naming the directory or file and what was expected.
+A sentence-transformers directory (``modules.json``, ``sentence``) gives a
+``PretrainedEncoder`` whose model is a ``SentenceEncoder``; ``embed_texts(loaded, texts)``
+turns texts into vectors with any loaded encoder (``embed``). ``save_pretrained`` writes each
+back (transformers loads it), ``load_translator(dir)`` gives ``(Translator, params)``
+searching as transformers' ``generate`` does, with the options of ``generation_options(dir)``.
+Errors are ``PretrainedError``s (``textkit.errors.TextkitError`` and ``ValueError``) naming the
+directory or file and what was expected.
 
 This package sits above ``textkit.models`` and ``textkit.decoding``: it maps names and options
 onto textkit's own models, and never implements a model a second time.
 """
 
+from textkit.pretrained.embed import embed_texts, length_buckets
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.encoders import PretrainedEncoder
 from textkit.pretrained.errors import (
@@ -36,5 +40,5 @@ __all__ = [
     "EncoderTokenizer", "MarianTokenizer", "MissingFileError", "NotCheckpointError",
     "NotMarianCheckpointError", "Pretrained", "PretrainedEncoder", "PretrainedError",
     "UnsupportedArchitectureError", "VocabSizeMismatchError", "generation_options",
-    "load_pretrained", "load_translator", "save_pretrained",
+    "embed_texts", "length_buckets", "load_pretrained", "load_translator", "save_pretrained",
 ]

@@ -8,7 +8,9 @@ layout in and out of textkit's ``models.encoder.Encoder``.
 ``BertModel`` -> ``model``, ...) and returns ``PretrainedEncoder(model, params, tokenizer)``.
 ``save_pretrained(model, params, tokenizer, dir)`` writes the layout back (the tensor names
 transformers writes, tied weights once), so that transformers loads it with the same outputs;
-load -> save -> load is exact.
+load -> save -> load is exact. Class names (``id2label``, when not transformers' ``LABEL_<i>``)
+load into ``EncoderConfig.labels``; ``save_pretrained(..., labels=[...])`` or the config's
+labels are written back as ``id2label`` / ``label2id``.
 
 Weights map one to one (torch ``Linear`` [out, in] -> kernel [in, out]); per layer, BERT's
 ``attention.self.{query,key,value}`` (DistilBERT's ``attention.{q,k,v}_lin``) -> the fused
@@ -22,9 +24,10 @@ and value (e.g. ``position_embedding_type``, ``sinusoidal_pos_embds``, untied de
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +36,7 @@ import numpy as np
 from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.layers import ACTIVATIONS
+from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 from textkit.pretrained.files import read_tensors, unsupported
@@ -48,7 +52,8 @@ from textkit.pretrained.weights import (
 )
 
 __all__ = ["MODEL_TYPES", "PretrainedEncoder", "encoder_config", "hf_config", "load",
-           "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map"]
+           "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map",
+           "write_checkpoint"]
 
 MODEL_TYPES = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta",
                "electra": "Electra", "distilbert": "DistilBert"}
@@ -63,9 +68,10 @@ _BASE = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "electr
 
 
 class PretrainedEncoder(NamedTuple):
-    """What ``load_pretrained`` returns for an encoder checkpoint."""
+    """What ``load_pretrained`` returns for an encoder checkpoint (model: an ``Encoder``) or a
+    sentence-transformers directory (model: a ``SentenceEncoder``, ``pretrained.sentence``)."""
 
-    model: Encoder
+    model: Encoder | SentenceEncoder
     params: Any
     tokenizer: EncoderTokenizer
 
@@ -112,8 +118,13 @@ def encoder_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
     if head == "masked_lm" and get("tie_word_embeddings", True) is False:
         raise unsupported(root, "tie_word_embeddings", False,
                           "textkit's masked-LM decoder is tied to the word embeddings")
-    labels = get("id2label")
+    labels = _labels(hf, root)
     num_labels = len(labels) if labels else int(get("num_labels", 2))
+    if labels == tuple(f"LABEL_{i}" for i in range(num_labels)):
+        labels = None                                # transformers' names for unnamed classes
+    if labels and "labels" not in overrides and overrides.get("num_labels", num_labels) \
+            != num_labels:
+        labels = None                                # a new head: the names no longer apply
     if distil:
         options = dict(vocab_size=int(hf["vocab_size"]), hidden_size=int(hf["dim"]),
                        num_layers=int(hf["n_layers"]), num_heads=int(hf["n_heads"]),
@@ -141,20 +152,39 @@ def encoder_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
         raise unsupported(root, "num_attention_heads", options["num_heads"],
                           f"hidden size {options['hidden_size']} is not divisible by it")
     options.update(architecture=model_type, head=head, activation=activation,
-                   num_labels=num_labels, pad_id=int(get("pad_token_id") or 0),
+                   num_labels=num_labels, labels=labels, pad_id=int(get("pad_token_id") or 0),
                    max_position_embeddings=int(get("max_position_embeddings", 512)))
     options.update(overrides)
+    if overrides.get("labels") is not None and "num_labels" not in overrides:
+        options["num_labels"] = len(overrides["labels"])
     try:
         return EncoderConfig(**options)
     except ValueError as err:
         raise PretrainedError(f"{root / 'config.json'}: {err}") from None
 
 
+def _labels(hf: Mapping[str, Any], root: Path) -> tuple[str, ...] | None:
+    """The class names of ``id2label``, in id order (None when absent)."""
+    id2label = hf.get("id2label")
+    if not id2label:
+        return None
+    try:
+        names = {int(k): str(v) for k, v in id2label.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise PretrainedError(f"{root / 'config.json'}: id2label={id2label!r}; expected an "
+                              f"object mapping class ids to names") from None
+    if sorted(names) != list(range(len(names))):
+        raise PretrainedError(f"{root / 'config.json'}: id2label has the ids {sorted(names)}; "
+                              f"expected 0 to {len(names) - 1}")
+    return tuple(names[i] for i in range(len(names)))
+
+
 def hf_config(config: EncoderConfig) -> dict[str, Any]:
     """The ``config.json`` dict of ``config`` (inverse of ``encoder_config``)."""
     prefix = MODEL_TYPES[config.architecture]
     suffix = {h: s for s, h in HEAD_SUFFIXES.items()}[config.head]
-    labels = {str(i): f"LABEL_{i}" for i in range(config.num_labels)}
+    names = config.labels or tuple(f"LABEL_{i}" for i in range(config.num_labels))
+    labels = {str(i): name for i, name in enumerate(names)}
     common = {"model_type": config.architecture, "architectures": [prefix + suffix],
               "vocab_size": config.vocab_size, "pad_token_id": config.pad_id,
               "max_position_embeddings": config.max_position_embeddings,
@@ -397,21 +427,34 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> PretrainedEncod
 
 
 def save_pretrained(model: Encoder, params: Any, tokenizer: EncoderTokenizer,
-                    path: str | os.PathLike) -> Path:
+                    path: str | os.PathLike, *, labels: Sequence[str] | None = None) -> Path:
     """Write ``model`` / ``params`` / ``tokenizer`` as a checkpoint directory that transformers'
-    ``AutoModel...`` / ``AutoTokenizer`` load (replaced atomically)."""
+    ``AutoModel...`` / ``AutoTokenizer`` load (replaced atomically). ``labels`` (one name per
+    class, e.g. of a fine-tuned classifier) replace ``model.config.labels`` and are written as
+    ``id2label`` / ``label2id``."""
+    config = model.config
+    if labels is not None:
+        try:
+            config = dataclasses.replace(config, labels=tuple(labels))
+        except ValueError as err:
+            raise PretrainedError(f"save_pretrained: {err}") from None
+    with atomic_dir(path) as staging:
+        write_checkpoint(staging, config, params, tokenizer)
+    return Path(path)
+
+
+def write_checkpoint(directory: Path, config: EncoderConfig, params: Any,
+                     tokenizer: EncoderTokenizer) -> None:
+    """Write the weights, ``config.json`` and the tokenizer's files into ``directory``."""
     from safetensors.numpy import save_file
 
-    config = model.config
     if not isinstance(tokenizer, EncoderTokenizer):
         raise TypeError(f"save_pretrained writes an EncoderTokenizer (from load_pretrained); "
                         f"got {type(tokenizer).__name__}")
     if len(tokenizer) > config.vocab_size:
         raise VocabSizeMismatchError(f"the tokenizer has {len(tokenizer)} ids but the model "
                                      f"{config.vocab_size} embeddings")
-    with atomic_dir(path) as staging:
-        save_file(tensors_from_params(params, config), str(staging / "model.safetensors"),
-                  metadata={"format": "pt"})
-        write_json_atomic(staging / "config.json", hf_config(config))
-        tokenizer.save(staging, config.architecture)
-    return Path(path)
+    save_file(tensors_from_params(params, config), str(directory / "model.safetensors"),
+              metadata={"format": "pt"})
+    write_json_atomic(directory / "config.json", hf_config(config))
+    tokenizer.save(directory, config.architecture)

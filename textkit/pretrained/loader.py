@@ -1,9 +1,10 @@
 """``load_pretrained(dir)``: the one loader of foreign (Hugging Face layout) checkpoint
 directories. It reads ``config.json`` and hands the directory to the loader registered for its
-``model_type`` in ``LOADERS`` (today "marian": ``marian.load``, a ``Pretrained`` translation
-model; the encoder families come next, each with its own entry). ``load_translator(dir)`` builds
-a ``Translator`` that searches as Hugging Face ``generate`` does, with the options of
-``generation_options(dir)``.
+``model_type`` in ``LOADERS`` ("marian": ``marian.load``, a ``Pretrained`` translation model;
+the encoder families: ``encoders.load``); a sentence-transformers directory (``modules.json``)
+loads its Transformer module so, then ``sentence.load`` adds the rest.
+``load_translator(dir)`` builds a ``Translator`` that searches as Hugging Face ``generate``
+does, with the options of ``generation_options(dir)``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from textkit.decoding import Translator
-from textkit.pretrained import encoders, marian
+from textkit.models.sentence_encoder import SentenceEncoder
+from textkit.pretrained import encoders, marian, sentence
 from textkit.pretrained.errors import UnsupportedArchitectureError
 from textkit.pretrained.files import read_config, unsupported
 
@@ -45,8 +47,25 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
     ``UnsupportedArchitectureError`` (a ``model_type`` with no loader, or an option the loader
     does not implement: file, key and value named), ``MissingFileError`` and
     ``VocabSizeMismatchError``; all are ``PretrainedError``s.
+
+    A sentence-transformers directory (``modules.json``: Transformer -> Pooling -> Dense* ->
+    Normalize?) gives ``PretrainedEncoder(model, params, tokenizer)`` whose model is a
+    ``SentenceEncoder``: ``model.config`` has ``pooling``, ``dense``, ``normalize``,
+    ``max_seq_length``; ``embed_texts`` turns texts into its vectors (``pretrained.sentence``).
     """
     root = Path(path)
+    if sentence.is_sentence_transformers(root):
+        transformer = _load_checkpoint(sentence.transformer_path(root), **overrides)
+        if not isinstance(transformer, encoders.PretrainedEncoder):
+            raise UnsupportedArchitectureError(
+                f"{root / 'modules.json'}: the Transformer module is a "
+                f"{type(transformer).__name__}, not an encoder")
+        return sentence.load(root, transformer)
+    return _load_checkpoint(root, **overrides)
+
+
+def _load_checkpoint(root: Path, **overrides: Any) -> Any:
+    """A Hugging Face checkpoint directory, by its ``config.json`` ``model_type``."""
     config = read_config(root)
     model_type = config.get("model_type")
     loader = LOADERS.get(model_type) if isinstance(model_type, str) else None
@@ -62,7 +81,11 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
     """Write ``model`` / ``params`` and its tokenizer(s) as a Hugging Face checkpoint directory
     (replaced atomically) that transformers loads: an ``Encoder`` with its ``EncoderTokenizer``
     (``encoders.save_pretrained``), a Marian-shaped ``Transformer`` with its ``(src, tgt)``
-    ``MarianTokenizer``s (``marian.save_pretrained``; ``options``: ``generation``)."""
+    ``MarianTokenizer``s (``marian.save_pretrained``; ``options``: ``generation``), a
+    ``SentenceEncoder`` as a sentence-transformers directory (``sentence.save_pretrained``).
+    Encoder ``options``: ``labels`` (class names written as ``id2label`` / ``label2id``)."""
+    if isinstance(model, SentenceEncoder):
+        return sentence.save_pretrained(model, params, tokenizers, path, **options)
     if isinstance(model, encoders.Encoder):
         return encoders.save_pretrained(model, params, tokenizers, path, **options)
     return marian.save_pretrained(model, params, tokenizers, path, **options)
