@@ -70,7 +70,7 @@ def test_classify_pairs_from_a_checkpoint_exports_what_it_trained(tmp_path):
         "--label-column", "quality", "--save-dir", str(tmp_path / "run"), *FAST])
     assert summary["steps"] == 4 and summary["eval_metric"] == "accuracy"
     assert 0.0 <= summary["valid_accuracy"] <= 1.0 and summary["valid_count"] == 16
-    assert summary["padding"]["tokens_saved"] > 0.3       # short texts: buckets beat 48
+    assert summary["padding"]["tokens_saved"] > 0.1       # buckets beat padding to 48
     export = Path(summary["export"])
     config = json.loads((export / "config.json").read_text())
     assert config["id2label"] == {"0": "other", "1": "same"}
@@ -147,7 +147,7 @@ def test_ner_exports_its_tag_set_and_tags_new_sentences(tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("anna met tom\n\nin\nparis\n")
     out = ner.main(["--pretrained", summary["export"], "--predict", str(words),
-                    "--save-dir", str(tmp_path / "predict")])
+                    "--save-dir", str(tmp_path / "predict"), "--max-length", "48"])
     tagged = Path(out["predictions"]).read_text().split("\n\n")
     assert out["count"] == 2 and tagged[1].splitlines()[1].split("\t")[0] == "paris"
     assert all(line.split("\t")[1] in tags for block in tagged for line in block.splitlines())

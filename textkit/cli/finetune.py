@@ -92,7 +92,7 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
         "padding": padding, "num_bucket_shapes": len(loader.batch_sampler.bucket_shapes),
         "export": export})
     shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if not k.endswith("count"))
-    run.log(f"{task.name} on {config.dataset}: {summary['steps']} steps, {num_params:,} "
+    run.log(f"{task.name} on {task.data_name}: {summary['steps']} steps, {num_params:,} "
             f"params, best step {best_step}: {shown}; {summary['tokens_per_s']:.0f} train "
             f"tokens/s, {summary['wall_s']:.0f}s -> {run.root}")
     return summary
