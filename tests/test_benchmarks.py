@@ -52,3 +52,14 @@ def test_encoder_benchmark_quick(tmp_path):
     assert result["infer_sent_s"] > 0 and result["infer_bf16_sent_s"] > 0
     assert result["train_tok_s"] > 0
     assert result["peer_skipped"] == "--no-peer" and "infer_ratio" not in result
+
+
+@pytest.mark.slow
+def test_finetune_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "finetune.py"), "--quick", "--no-peer", "--rounds",
+                        "1"], tmp_path)
+    # the token budget gives about 32 sentences per step: ceil(400 / 32) = 13 steps or fewer
+    assert result["sentences"] == 400 and result["textkit_steps"] <= 13
+    assert 28 <= result["textkit_rows_per_step"] <= 40
+    assert result["textkit_epoch_s"] > 0
+    assert result["peer_skipped"] == "--no-peer" and "epoch_ratio" not in result
