@@ -116,6 +116,23 @@ def test_classify_from_random_weights_under_float16_loss_scaling(tmp_path):
     assert summary["export"] is None
 
 
+def test_ner_from_random_weights_with_a_tokenizer_directory_and_a_preset(tmp_path):
+    import shutil
+    tokenizer_only = tmp_path / "tokenizer"
+    tokenizer_only.mkdir()
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(FIXTURES / "bert_tokcls" / name, tokenizer_only / name)
+    train = _conll(tmp_path / "train.conll", "train", 24)
+    summary = ner.main(["--pretrained", str(tokenizer_only), "--init", "random", "--model",
+                        "bert_tiny", "--model-overrides", "num_layers=1,hidden_size=32,"
+                        "num_heads=2,intermediate_size=64", "--train-file", train,
+                        "--valid-file", train, "--save-dir", str(tmp_path / "run"), *FAST])
+    config = json.loads((Path(summary["export"]) / "config.json").read_text())
+    vocab = (tokenizer_only / "vocab.txt").read_text().splitlines()
+    assert config["vocab_size"] == len(vocab) and config["num_hidden_layers"] == 1
+    assert summary["num_params"] < 100_000 and np.isfinite(summary["last_loss"])
+
+
 def test_squad_writes_official_predictions_scored_as_the_summary(tmp_path):
     train = _squad_json(tmp_path / "train.json", "train", 24)
     valid = _squad_json(tmp_path / "dev.json", "valid", 12)

@@ -35,6 +35,8 @@ from textkit.errors import ConfigError
 from textkit.models import Encoder, get_model
 from textkit.precision import Policy
 from textkit.pretrained import EncoderTokenizer, load_pretrained, save_pretrained
+from textkit.pretrained.encoders import encoder_config
+from textkit.pretrained.files import read_config
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, Params, Task, TaskConfig
 from textkit.training.loop import FitConfig
@@ -151,7 +153,8 @@ class EncoderTaskConfig(TaskConfig):
         "without it, --model names a preset trained from scratch with a WordPiece vocabulary "
         "learnt on the training texts", group="model")
     init: str = flag("pretrained", "pretrained: start from --pretrained's weights; random: "
-                     "the architecture of its config.json, freshly initialised",
+                     "fresh weights in the architecture of its config.json (or of --model "
+                     "when DIR holds tokenizer files only)",
                      group="model", choices=("pretrained", "random"))
     model: str = flag("bert_mini", "an encoder preset (textkit.models.list_models('encoder')), "
                       "used without --pretrained", group="model")
@@ -235,30 +238,48 @@ class EncoderTask(Task):
 
     def load_checkpoint(self, texts: Iterable[str]) -> None:
         """The tokenizer (and pretrained params) of ``--pretrained``, or a WordPiece vocabulary
-        trained on ``texts`` for the preset; checks ``--max-length`` against the positions."""
+        trained on ``texts`` for the preset; checks ``--max-length`` against the positions.
+
+        With ``--init random`` no weights are read: the model is ``--pretrained``'s
+        ``config.json`` architecture, or, for a directory with tokenizer files only, the
+        ``--model`` preset with that tokenizer's vocabulary."""
         config = self.config
-        if config.pretrained:
+        self._model = None
+        if config.pretrained and config.init == "pretrained":
             model, params, tokenizer = load_pretrained(
                 config.pretrained, policy=Policy.parse(config.precision),
                 **self.head_overrides(), **config.overrides)
-            self.pretrained_params = params if config.init == "pretrained" else None
-            self._model = model
+            self.pretrained_params, self._model = params, model
+            source = config.pretrained
+        elif config.pretrained:
+            root = Path(config.pretrained)
+            if (root / "config.json").is_file():
+                hf = read_config(root)
+                self._model = Encoder(encoder_config(
+                    hf, root, policy=Policy.parse(config.precision), **self.head_overrides(),
+                    **config.overrides))
+                architecture = hf["model_type"]
+            else:
+                architecture = get_model(config.model, **config.overrides).config.architecture
+            tokenizer = EncoderTokenizer.from_directory(root, architecture)
+            source = f"{config.pretrained} (random init" + (
+                ")" if self._model else f", the {config.model} architecture)")
         else:
-            preset = get_model(config.model, **config.overrides)
-            tokenizer = train_wordpiece(texts, config.vocab_size, preset.config.architecture)
-            self._model = None
+            architecture = get_model(config.model, **config.overrides).config.architecture
+            tokenizer = train_wordpiece(texts, config.vocab_size, architecture)
+            source = f"a {len(tokenizer):,}-entry WordPiece vocabulary trained for {config.model}"
         self.tokenizer = tokenizer
-        model_config = (self._model or preset).config
+        model_config = self.build_model().config
+        if len(tokenizer) > model_config.vocab_size:
+            raise ConfigError(f"{config.pretrained}: the tokenizer has {len(tokenizer)} ids but "
+                              f"the model {model_config.vocab_size} embeddings")
         self.architecture = model_config.architecture
         offset = model_config.pad_id + 1 if self.architecture in ("roberta", "xlm-roberta") else 0
         self.max_positions = model_config.max_position_embeddings - offset
         if config.max_length > self.max_positions:
             raise ConfigError(f"--max-length {config.max_length} is above the model's "
                               f"{self.max_positions} positions")
-        source = config.pretrained or f"a {len(tokenizer):,}-entry WordPiece vocabulary " \
-            f"trained for {config.model}"
-        self.log(f"encoder: {self.architecture} from {source}"
-                 + (" (random init)" if config.pretrained and config.init == "random" else ""))
+        self.log(f"encoder: {self.architecture} from {source}")
 
     def build_model(self) -> Encoder:
         config = self.config
