@@ -10,9 +10,15 @@ hypothesis (EOS suppressed through ``min_length``):
   written by ``textkit.pretrained.save_pretrained``; textkit reads it with ``load_pretrained``
   and HF with ``MarianMTModel.from_pretrained``: the same weights on both sides.
 
-Modes: ``beam4`` and ``greedy`` (float32) and ``beam4_int8`` (textkit with int8 weights,
-``textkit.models.kernels.quantize_int8``; its ratio is against HF's float32 beam 4, the only HF
-mode).
+Modes: ``beam4`` and ``greedy`` (float32), ``beam4_int8`` and ``greedy_int8`` (textkit with
+int8 weights, ``textkit.models.kernels.quantize_int8``; their HF ratios are against HF's float32
+search, the only HF modes).
+
+CTranslate2 (``ct2_generate.py``, its own process, ``--ct2-python``) converts the ``marian``
+case's checkpoint and runs every mode: float32, and int8 with the faster of its ``int8`` and
+``int8_float32`` compute types (``ct2_int8_compute_type``), ``intra_threads`` = the cores,
+``inter_threads`` 1. Its keys are ``ct2_<mode>_sent_s`` and ``<mode>_ct2_ratio`` (textkit /
+CTranslate2, the ``marian`` case); without ctranslate2 the JSON has ``ct2_skipped`` (why).
 Encoding, cache set-up and the search loop run as one jit-compiled program per mode; compile time
 is reported apart. HF ``generate`` runs in its own process (``hf_generate.py``, with the Python
 given by ``--hf-python``: any environment with torch and transformers) and the two alternate,
@@ -27,7 +33,7 @@ int8 (``checkpoint_sent_s``, ``checkpoint_int8_sent_s``; median of ``--rounds`` 
 warm-up pass that compiles). The last output line is one JSON object (``beam4_ratio``,
 ``greedy_ratio``, ``beam4_int8_ratio``, ``marian_beam4_ratio``, ... and ``cpu``).
 
-    python benchmarks/decode.py --hf-python /path/to/venv/bin/python
+    python benchmarks/decode.py --hf-python /path/to/venv/bin/python   # HF and CTranslate2
     python benchmarks/decode.py --quick --no-hf        # tiny models: checks that it runs
     python benchmarks/decode.py --case none --checkpoint runs/m30k \
         --sentences ../shared/data/multi30k-en-de/test_2016_flickr.en
@@ -58,8 +64,9 @@ from textkit.pretrained import MarianTokenizer, load_pretrained, save_pretrained
 from textkit.pretrained.marian import marian_config
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
-MODES = ("beam4", "greedy", "beam4_int8")
+MODES = ("beam4", "greedy", "beam4_int8", "greedy_int8")
 HF_MODES = ("beam4", "greedy")
+CT2_MODES = MODES
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tiny_marian"
 # OPUS-MT en-de (Helsinki-NLP/opus-mt-en-de) config.json, the fields that shape the compute.
 OPUS_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6,
@@ -172,23 +179,24 @@ def compile_search(case: Case, mode: str, src: jax.Array, *, gather: bool = Fals
     return compiled, compile_s
 
 
-class HFWorker:
-    """``hf_generate.py`` in its own process; ``start`` gives the reason (a str) instead when
-    it cannot run."""
+class Worker:
+    """A peer engine's worker script (``hf_generate.py``, ``ct2_generate.py``) in its own
+    process; ``start`` gives the reason (a str) instead when it cannot run."""
 
     @classmethod
-    def start(cls, python: str, spec: dict[str, Any], src: np.ndarray) -> HFWorker | str:
+    def start(cls, script: str, python: str, spec: dict[str, Any],
+              src: np.ndarray) -> Worker | str:
         worker = cls()
         worker.process = subprocess.Popen(
-            [python, str(Path(__file__).with_name("hf_generate.py"))], stdin=subprocess.PIPE,
+            [python, str(Path(__file__).with_name(script))], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True)
         ready = worker.ask({**spec, "src": src.tolist(), "steps": STEPS})
         if "error" in ready:
-            print(f"HF side skipped: {ready['error']}", flush=True)
+            print(f"{script} skipped: {ready['error']}", flush=True)
             worker.process.wait()
             return str(ready["error"])
-        print(f"HF worker: torch {ready['torch']}, transformers {ready['transformers']}, "
-              f"{ready['threads']} threads", flush=True)
+        worker.ready = ready
+        print(f"{script}: {ready}", flush=True)
         return worker
 
     def ask(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +204,7 @@ class HFWorker:
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the HF worker exited (status {self.process.wait()})")
+            raise RuntimeError(f"the worker exited (status {self.process.wait()})")
         return json.loads(line)
 
     def close(self) -> None:
@@ -206,30 +214,49 @@ class HFWorker:
 
 
 def measure(case: Case, src: np.ndarray, rounds: int, hf_python: str | None,
-            label: str) -> tuple[dict[str, float], str | None]:
-    """Median sentences/s of textkit (and HF, alternating round by round) for both modes, and
-    why HF did not run (None when it did)."""
+            ct2_python: str | None, label: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Median sentences/s of textkit and, alternating mode by mode in every round, of HF
+    (float32 modes) and CTranslate2 (every mode; the ``marian`` case only, which has a
+    checkpoint to convert); and why a peer did not run (``{"hf_skipped": ...}``)."""
     device_src = jnp.asarray(src)
     compiled = {}
     for mode in MODES:
         compiled[mode], compile_s = compile_search(case, mode, device_src)
         print(f"{case.name} textkit {mode} ({label}): compiled in {compile_s:.1f}s", flush=True)
-    started = HFWorker.start(hf_python, case.hf_spec, src) if hf_python else "--no-hf"
-    worker, hf_skipped = (None, started) if isinstance(started, str) else (started, None)
+    peers: dict[str, Worker] = {}
+    skipped: dict[str, str] = {}
+    wanted = {"hf": ("hf_generate.py", hf_python, case.hf_spec),
+              "ct2": ("ct2_generate.py", ct2_python, case.hf_spec)}
+    for name, (script, python, spec) in wanted.items():
+        if python is None:
+            skipped[f"{name}_skipped"] = f"--no-{name}"
+        elif name == "ct2" and "checkpoint" not in spec:
+            continue                           # CTranslate2 converts checkpoints only
+        else:
+            started = Worker.start(script, python, spec, src)
+            if isinstance(started, str):
+                skipped[f"{name}_skipped"] = started
+            else:
+                peers[name] = started
     times: dict[str, list[float]] = {}
     for round_index in range(rounds):
         for mode in MODES:
             start = time.perf_counter()
             compiled[mode](mode_params(case, mode), device_src).block_until_ready()
             times.setdefault(f"textkit_{mode}", []).append(time.perf_counter() - start)
-            if worker and mode in HF_MODES:
-                times.setdefault(f"hf_{mode}", []).append(worker.ask({"mode": mode})["batch_s"])
+            for name, worker in peers.items():
+                if mode in (HF_MODES if name == "hf" else CT2_MODES):
+                    times.setdefault(f"{name}_{mode}", []).append(
+                        worker.ask({"mode": mode})["batch_s"])
         print(f"  round {round_index + 1}: " + ", ".join(
             f"{key} {BATCH / values[-1]:.2f}" for key, values in times.items()) + " sent/s",
             flush=True)
-    if worker:
+    for worker in peers.values():
         worker.close()
-    return {key: BATCH / statistics.median(values) for key, values in times.items()}, hf_skipped
+    rates = {key: BATCH / statistics.median(values) for key, values in times.items()}
+    if "ct2" in peers:
+        skipped["ct2_int8_compute_type"] = peers["ct2"].ready["int8_compute_type"]
+    return rates, skipped
 
 
 def compare_gather(case: Case, src: np.ndarray, rounds: int,
@@ -290,7 +317,9 @@ def checkpoint_case(run_dir: str, sentences: str, rounds: int, limit: int) -> di
 
 def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | None,
               ) -> dict[str, float]:
-    """The JSON keys of one case (``synthetic`` unprefixed, ``marian_...`` for the other)."""
+    """The JSON keys of one case (``synthetic`` unprefixed, ``marian_...`` for the other);
+    the CTranslate2 figures (``marian`` only) are unprefixed: ``ct2_<mode>_sent_s`` and
+    ``<mode>_ct2_ratio``."""
     prefix = "" if case_name == "synthetic" else f"{case_name}_"
     out = {}
     for mode in MODES:
@@ -304,6 +333,12 @@ def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | No
             print(f"{case_name} {mode}: textkit {f32[f'textkit_{mode}']:.2f} sent/s, HF "
                   f"{peer} {f32[f'hf_{peer}']:.2f} sent/s: "
                   f"{out[f'{prefix}{mode}_ratio']:.2f}x", flush=True)
+        if f"ct2_{mode}" in f32:
+            out[f"ct2_{mode}_sent_s"] = round(f32[f"ct2_{mode}"], 2)
+            out[f"{mode}_ct2_ratio"] = round(f32[f"textkit_{mode}"] / f32[f"ct2_{mode}"], 2)
+            print(f"{case_name} {mode}: textkit {f32[f'textkit_{mode}']:.2f} sent/s, "
+                  f"CTranslate2 {f32[f'ct2_{mode}']:.2f} sent/s: "
+                  f"{out[f'{mode}_ct2_ratio']:.2f}x", flush=True)
     return out
 
 
@@ -329,6 +364,10 @@ def main() -> None:
     parser.add_argument("--hf-python", default=sys.executable,
                         help="Python with torch + transformers for the HF worker process")
     parser.add_argument("--no-hf", action="store_true", help="skip the HF side")
+    parser.add_argument("--ct2-python", default=None,
+                        help="Python with ctranslate2 + transformers + sentencepiece for the "
+                             "CTranslate2 worker (default: --hf-python)")
+    parser.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 side")
     args = parser.parse_args()
 
     machine = cpu_info()
@@ -337,8 +376,10 @@ def main() -> None:
     src = np.random.default_rng(0).integers(4, 990 if args.quick else 32000,
                                             size=(BATCH, SRC_LEN)).astype(np.int32)
     hf_python = None if args.no_hf else args.hf_python
-    if hf_python and not shutil.which(hf_python):
-        parser.error(f"--hf-python {hf_python}: no such executable")
+    ct2_python = None if args.no_ct2 else (args.ct2_python or args.hf_python)
+    for flag, python in (("--hf-python", hf_python), ("--ct2-python", ct2_python)):
+        if python and not shutil.which(python):
+            parser.error(f"{flag} {python}: no such executable")
     summary: dict[str, Any] = {"batch": BATCH, "src_len": SRC_LEN, "steps": STEPS,
                                "quick": args.quick}
     bf16_policy = "params=bfloat16,compute=bfloat16,output=float32"
@@ -349,12 +390,11 @@ def main() -> None:
                     "marian": lambda policy: marian_case(checkpoint, policy)}
         names = {"all": ["synthetic", "marian"], "none": []}.get(args.case, [args.case])
         for name in names:
-            f32, hf_skipped = measure(builders[name]("float32"), src, args.rounds, hf_python,
-                                      "float32")
-            if hf_skipped:
-                summary["hf_skipped"] = hf_skipped
-            bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, "bfloat16")[0]
-                    if args.bfloat16 else None)
+            f32, skipped = measure(builders[name]("float32"), src, args.rounds, hf_python,
+                                   ct2_python, "float32")
+            summary.update(skipped)
+            bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, None,
+                            "bfloat16")[0] if args.bfloat16 else None)
             summary.update(summarise(name, f32, bf16))
     if args.compare_gather:
         summary.update(compare_gather(synthetic_case(args.quick, "float32"), src, args.rounds,

@@ -9,6 +9,8 @@ per line:
     <- {"ready": true, "torch": "...", "transformers": "..."}   or   {"error": "..."}
     -> {"mode": "beam4" | "greedy"}
     <- {"mode": ..., "batch_s": seconds of one generate call}
+    -> {"latency": "beam4" | "greedy", "text": "...", "steps": N}   (checkpoints only)
+    <- {"s": seconds from text to text (tokenizer, generate, batch_decode), "text": ...}
     -> {"quit": true}
 
 Every generate call forces exactly ``steps`` new tokens (``min_new_tokens`` = ``max_new_tokens``)
@@ -59,10 +61,25 @@ def main() -> None:
         generate(beams)
     reply({"ready": True, "torch": torch.__version__, "transformers": transformers.__version__,
            "threads": torch.get_num_threads()})
+    tokenizer = None
+    if spec.get("checkpoint"):
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(spec["checkpoint"])
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):
             return
+        if "latency" in request:
+            beams, steps = {"beam4": 4, "greedy": 1}[request["latency"]], int(request["steps"])
+            start = time.perf_counter()
+            encoded = tokenizer([request["text"]], return_tensors="pt")
+            with torch.no_grad():
+                out = model.generate(**encoded, num_beams=beams, do_sample=False,
+                                     max_new_tokens=steps, min_new_tokens=steps,
+                                     early_stopping=False)
+            text = tokenizer.batch_decode(out, skip_special_tokens=True)[0]
+            reply({"s": time.perf_counter() - start, "text": text})
+            continue
         beams = {"beam4": 4, "greedy": 1}[request["mode"]]
         start = time.perf_counter()
         generate(beams)

@@ -21,10 +21,24 @@ def last_json(command: list[str], tmp_path) -> dict:
 def test_decode_benchmark_quick(tmp_path):
     result = last_json([str(BENCHMARKS / "decode.py"), "--quick", "--no-hf", "--rounds", "1"],
                        tmp_path)
-    for key in ("beam4_sent_s", "greedy_sent_s", "marian_beam4_sent_s", "marian_greedy_sent_s"):
+    for key in ("beam4_sent_s", "greedy_sent_s", "greedy_int8_sent_s", "marian_beam4_sent_s",
+                "marian_greedy_sent_s", "marian_greedy_int8_sent_s"):
         assert result[key] > 0
     assert "cpu" in result and "beam4_ratio" not in result
     assert result["hf_skipped"] == "--no-hf"
+    # CTranslate2 is not installed here: the JSON says why its ratios are missing
+    assert "ctranslate2" in result["ct2_skipped"] and "beam4_ct2_ratio" not in result
+
+
+@pytest.mark.slow
+def test_latency_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "latency.py"), "--quick", "--no-peers", "--rounds",
+                        "2"], tmp_path)
+    assert result["source_tokens"] == 20 and result["steps"] == 20
+    for mode in ("greedy", "beam4", "greedy_int8", "beam4_int8"):
+        assert result[f"latency_{mode}_ms"] > 0
+        assert result[f"first_call_{mode}_s"] > result[f"latency_{mode}_ms"] / 1000
+    assert result["ct2_skipped"] == result["hf_skipped"] == "--no-peers"
 
 
 @pytest.mark.slow
