@@ -52,12 +52,12 @@ head                        outputs
 ==========================  ==================================================================
 
 ``output_hidden_states=True`` adds ``hidden_states``: a tuple of num_layers + 1 arrays [B, T, D]
-(the embeddings' output, then each layer's; ModernBERT's last one before its final norm). Every
-layer is a ``transformer.TransformerLayer`` (attention from ``attention.MultiHeadAttention``,
-whose options give the families' variants); matmuls run in the policy's compute dtype with
-float32 accumulation, while embeddings, layer norm, softmax and logits stay float32; hidden
-states are returned in the policy's output dtype. ``gradient_checkpointing=True`` recomputes
-each layer in the backward pass (``jax.checkpoint``).
+(the embeddings' output, then each layer's; ModernBERT's last one after its final norm, as
+transformers gives it). Every layer is a ``transformer.TransformerLayer`` (attention from
+``attention.MultiHeadAttention``, whose options give the families' variants); matmuls run in
+the policy's compute dtype with float32 accumulation, while embeddings, layer norm, softmax and
+logits stay float32; hidden states are returned in the policy's output dtype.
+``gradient_checkpointing=True`` recomputes each layer in the backward pass (``jax.checkpoint``).
 
 Inputs: ``input_ids`` int[B, T] (``0 <= id < vocab_size``), ``attention_mask`` int/bool[B, T]
 (1 at real tokens; default all ones), ``token_type_ids`` int[B, T] (families with token types;
@@ -402,7 +402,7 @@ class Encoder(nn.Module):
             x = layer(x, mask, deterministic, rel, rotary)
             states.append(x)
         if c.architecture == "modernbert":
-            x = self.final_norm(x)
+            x = states[-1] = self.final_norm(x)
         out_dtype = c.policy.output_dtype
         out: dict[str, Any] = {}
         if c.head == "model":
@@ -422,6 +422,8 @@ class Encoder(nn.Module):
         """The head's float32 logits from the last hidden states x [B, T, D]."""
         c = self.config
         drop = lambda h: self.classifier_drop(h, deterministic=deterministic)  # noqa: E731
+        if c.head == "model":
+            return {}
         if c.head == "masked_lm":
             return {"logits": self._masked_lm(x)}
         if c.head == "pretraining":
@@ -443,10 +445,8 @@ class Encoder(nn.Module):
             return {"logits": self.classifier(h)}
         if c.head == "token_classification":
             return {"logits": self.classifier(drop(x))}
-        if c.head == "question_answering":
-            logits = self.qa_outputs(drop(x) if c.architecture == "distilbert" else x)
-            return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
-        return {}
+        logits = self.qa_outputs(drop(x) if c.architecture == "distilbert" else x)
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
     def _masked_lm(self, x: Array) -> Array:
         """Masked-LM logits float32 [B, T, V]: dense -> activation -> norm -> tied decoder
@@ -507,3 +507,22 @@ register_preset("electra_base_discriminator", "encoder", Encoder, EncoderConfig,
                 architecture="electra", head="pretraining", embedding_size=768, pad_id=0)
 register_preset("distilbert_base_uncased", "encoder", Encoder, EncoderConfig,
                 architecture="distilbert", num_layers=6, type_vocab_size=0, pad_id=0)
+_DEBERTA_V3 = dict(architecture="deberta-v2", vocab_size=128100, type_vocab_size=0,
+                   absolute_positions=False, relative_attention=("p2c", "c2p"),
+                   position_buckets=256, share_att_key=True, layer_norm_epsilon=1e-7, pad_id=0)
+register_preset("deberta_v3_xsmall", "encoder", Encoder, EncoderConfig, num_layers=12,
+                hidden_size=384, num_heads=6, intermediate_size=1536, **_DEBERTA_V3)
+register_preset("deberta_v3_small", "encoder", Encoder, EncoderConfig, num_layers=6,
+                **_DEBERTA_V3)
+register_preset("deberta_v3_base", "encoder", Encoder, EncoderConfig, **_DEBERTA_V3)
+register_preset("deberta_v3_large", "encoder", Encoder, EncoderConfig, num_layers=24,
+                hidden_size=1024, num_heads=16, intermediate_size=4096, **_DEBERTA_V3)
+_MODERNBERT = dict(architecture="modernbert", vocab_size=50368, type_vocab_size=0,
+                   absolute_positions=False, max_position_embeddings=8192,
+                   layer_norm_epsilon=1e-5, dropout=0.0, attention_dropout=0.0,
+                   classifier_dropout=0.0, attention_bias=False, mlp_bias=False,
+                   norm_bias=False, classifier_bias=False, pad_id=50283)
+register_preset("modernbert_base", "encoder", Encoder, EncoderConfig, num_layers=22,
+                intermediate_size=1152, **_MODERNBERT)
+register_preset("modernbert_large", "encoder", Encoder, EncoderConfig, num_layers=28,
+                hidden_size=1024, num_heads=16, intermediate_size=2624, **_MODERNBERT)

@@ -3,7 +3,8 @@
 ``load_pretrained(dir, **overrides)`` is the one loader: it dispatches on ``config.json``'s
 ``model_type`` (``loader.LOADERS``): "marian" (Marian / OPUS-MT translation models) gives
 ``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; "bert", "roberta", "xlm-roberta",
-"electra", "distilbert" (``encoders``) give ``PretrainedEncoder(model, params, tokenizer)``.
+"electra", "distilbert", "deberta-v2" (DeBERTa-v2/v3), "modernbert" (``encoders``) give
+``PretrainedEncoder(model, params, tokenizer)``.
 ``save_pretrained`` writes either back (transformers loads it), ``load_translator(dir)`` gives
 ``(Translator, params)`` searching as transformers' ``generate`` does, with the options of
 ``generation_options(dir)``. Errors are ``PretrainedError``s (``textkit.errors.TextkitError``

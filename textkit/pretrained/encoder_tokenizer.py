@@ -1,6 +1,6 @@
-"""``EncoderTokenizer``: the tokenizers of the encoder checkpoints (BERT WordPiece, RoBERTa
-byte-level BPE, XLM-R Unigram) through the ``tokenizers`` library, giving what transformers'
-fast tokenizers give.
+"""``EncoderTokenizer``: the tokenizers of the encoder checkpoints (BERT WordPiece, RoBERTa and
+ModernBERT byte-level BPE, XLM-R and DeBERTa-v3 SentencePiece Unigram) through the
+``tokenizers`` library, giving what transformers' fast tokenizers give.
 
 ``EncoderTokenizer.from_directory(dir, model_type)`` reads ``tokenizer.json`` when the directory
 has one; otherwise it builds the tokenizer as transformers does from ``vocab.txt`` (WordPiece;
