@@ -679,6 +679,15 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> PretrainedEncod
     return PretrainedEncoder(model, params, tokenizer)
 
 
+def _token_ids(config: EncoderConfig, tokenizer: EncoderTokenizer) -> dict[str, int | None]:
+    """ModernBERT's special-token ids of config.json (its ``[CLS]`` / ``[SEP]``; None when the
+    vocabulary lacks them), which transformers checks against the vocabulary."""
+    if config.architecture != "modernbert":
+        return {}
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    return {"bos_token_id": cls, "cls_token_id": cls, "eos_token_id": sep, "sep_token_id": sep}
+
+
 def save_pretrained(model: Encoder, params: Any, tokenizer: EncoderTokenizer,
                     path: str | os.PathLike) -> Path:
     """Write ``model`` / ``params`` / ``tokenizer`` as a checkpoint directory that transformers'
@@ -695,6 +704,7 @@ def save_pretrained(model: Encoder, params: Any, tokenizer: EncoderTokenizer,
     with atomic_dir(path) as staging:
         save_file(tensors_from_params(params, config), str(staging / "model.safetensors"),
                   metadata={"format": "pt"})
-        write_json_atomic(staging / "config.json", hf_config(config))
+        write_json_atomic(staging / "config.json", {**hf_config(config),
+                                                     **_token_ids(config, tokenizer)})
         tokenizer.save(staging, config.architecture)
     return Path(path)
