@@ -40,7 +40,7 @@ REAL = ROOT.parent / "shared" / "data" / "tokenizers"
 NAMES = sorted(d.name for d in FIXTURES.iterdir() if (d / "config.json").is_file())
 MODEL_TYPE = {"bert": "bert", "roberta": "roberta", "xlm_roberta": "xlm-roberta",
               "electra": "electra", "distilbert": "distilbert", "deberta_v3": "deberta-v2",
-              "modernbert": "modernbert"}
+              "deberta_v2": "deberta-v2", "modernbert": "modernbert"}
 ATOL = 1e-5
 
 
@@ -80,7 +80,7 @@ def run(model, params, inputs, **kwargs) -> dict:
 def test_fixtures_are_small():
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
     assert size < 8_000_000
-    assert len(NAMES) == 36
+    assert len(NAMES) == 37
 
 
 def test_every_family_and_head_has_a_fixture():

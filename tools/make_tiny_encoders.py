@@ -101,6 +101,15 @@ FAMILIES = {
                         pos_att_type=["p2c", "c2p"], share_att_key=True,
                         norm_rel_ebd="layer_norm", position_biased_input=False,
                         hidden_act="gelu", layer_norm_eps=1e-7, pad_token_id=0), "spm", 5),
+    # DeBERTa-v2's other options: separate position projections, absolute positions, token
+    # types, unbucketed distances clipped at 16, no norm of the relative embeddings
+    "deberta-v2": ("DebertaV2", ["seqcls"],
+                   dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=64, type_vocab_size=2,
+                        relative_attention=True, position_buckets=-1, max_relative_positions=16,
+                        pos_att_type=["p2c", "c2p"], share_att_key=False, norm_rel_ebd="none",
+                        position_biased_input=True, hidden_act="gelu", layer_norm_eps=1e-7,
+                        pad_token_id=0), "spm", 7),
     "modernbert": ("ModernBert", ["model", "mlm", "seqcls", "tokcls", "qa"],
                    dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=40, max_position_embeddings=64, local_attention=8,
