@@ -14,26 +14,32 @@ separate environment and commit what it writes::
 
 Each ``<family>_<head>/`` directory is a random transformers model (hidden 32, 2 layers, real
 layouts; ModernBERT 3 layers, global / local / global, with a local window of 8 tokens, shorter
-than the batches) saved with ``save_pretrained`` next to its tokenizer's files. Vocabularies are
-small cuts of the real ones (a few hundred entries, so that each directory is ~100-200 KB):
+than the batches; DeBERTa-v3's options in ``deberta_v3_*``, DeBERTa-v2's others in
+``deberta_v2_seqcls``) saved with ``save_pretrained`` next to its tokenizer's files.
+Vocabularies are small cuts of the real ones (a few hundred entries, so that each directory is
+~100-200 KB; the masked-LM ones, with their [B, T, V] reference logits, up to ~450 KB):
 WordPiece entries of bert-base-uncased (BERT, ELECTRA, DistilBERT), the byte alphabet and the
 first merges of roberta-base (RoBERTa, ModernBERT), tiny SentencePiece Unigram models trained
 here on the test texts (XLM-R, with a small normalization map of its own; DeBERTa-v3). Some
 directories keep ``tokenizer.json``, others only the vocabulary files (``vocab.txt``,
 ``vocab.json`` + ``merges.txt``, ``sentencepiece.bpe.model``, ``spm.model``), so both ways of
 building a tokenizer are tested. Weights are redrawn with larger scales than transformers' init
-(std 0.02 gives nearly constant outputs, which would hide a wrong mapping), and with a
-heavy-tailed spread of the output rows (word embeddings, classifier rows) so that the decisions
-have clear margins: mixed precision must then keep the float32 argmax nearly everywhere.
+(std 0.02 gives nearly constant outputs, which would hide a wrong mapping; ``randomize``), then
+each head's last layers are trained for wide decision margins on random token ids
+(``widen_margins``), as a trained model has them: random heads leave many decisions near a tie,
+which any rounding flips, and the tests assert that mixed precision keeps the float32 argmax on
+>= 99 % of the positions.
 
 ``reference.npz`` holds, for a padded batch of real sentences (``single/``) and of sentence
 pairs (``pair/``), the tokenizer's ``input_ids`` / ``attention_mask`` / ``token_type_ids`` and
-the model's fp32 outputs under transformers' names (``hidden_states`` stacked). The tokenizer
-references (``tokenizers/``) are the ids, type ids and character offsets of transformers' fast
-tokenizers for the generated texts of ``tokenizers/texts.json`` (>= 300 per tokenizer: accents,
-CJK, emoji, control characters, very long words, empty strings, pairs, truncation), for each
-fixture tokenizer and for the real files of ``../shared/data/tokenizers`` where present
-(bert-base-uncased / -cased, roberta-base, deberta-v3's ``spm.model``).
+the model's fp32 outputs under transformers' names (``hidden_states`` stacked), computed with
+eager attention (which also fixes what padded positions hold; ``--check`` compares
+transformers' default attention at the real positions, and eager attention everywhere). The
+tokenizer references (``tokenizers/``) are the ids, type ids and character offsets of
+transformers' fast tokenizers for the generated texts of ``tokenizers/texts.json`` (>= 300 per
+tokenizer: accents, CJK, emoji, control characters, very long words, empty strings, pairs,
+truncation), for each fixture tokenizer and for the real files of ``../shared/data/tokenizers``
+where present (bert-base-uncased / -cased, roberta-base, deberta-v3's ``spm.model``).
 """
 
 from __future__ import annotations
