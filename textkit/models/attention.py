@@ -28,9 +28,18 @@ int32[B, K, max_len] says which slot holds each position of each hypothesis's hi
 mask, so the cache is never reordered when hypotheses change parents: only the table is. The K
 queries of a sentence are one group (``group_beams``): one product against all K slots of its
 self-attention cache, and one against a single, untiled copy of its cross-attention memory.
+
+Options of the pretrained encoder families, on the one module (full sequences, no cache):
+``use_bias`` (ModernBERT's bias-free projections), ``rotary_theta`` (rotary positions on
+queries and keys, ``rotary``), ``window`` (local attention: query i sees keys j with
+``|i - j| <= window``) and ``relative`` (DeBERTa's disentangled relative attention: a
+``Disentangled`` spec; the layer is handed the shared relative-position embeddings and adds the
+content->position and position->content scores of ``disentangled_bias`` to the content scores).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import flax.linen as nn
 import jax
@@ -62,21 +71,116 @@ def position_mask(positions: Array, max_length: int) -> Array:
     return (jnp.arange(max_length)[None, :] <= positions[:, None])[:, None, None, :]
 
 
+def window_mask(length: int, window: int) -> Array:
+    """Local-attention band bool[1, 1, length, length]: True where ``|i - j| <= window``."""
+    index = np.arange(length)
+    return jnp.asarray(np.abs(index[:, None] - index[None, :]) <= window)[None, None]
+
+
+def rotary(x: Array, positions: Array, theta: float) -> Array:
+    """Rotary position embedding (rotate-half layout, frequencies ``theta ** (-2i / Dh)``) of
+    x float[N, T, H, Dh] at positions int[N, T] -> float32 [N, T, H, Dh]."""
+    depth = x.shape[-1]
+    inverse = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, depth, 2, dtype=np.float32)
+                                                       / np.float32(depth)))
+    angles = positions.astype(jnp.float32)[..., None] * inverse             # [N, T, Dh/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]      # [N, T, 1, Dh]
+    x = x.astype(jnp.float32)
+    first, second = jnp.split(x, 2, axis=-1)
+    return x * jnp.cos(angles) + jnp.concatenate([-second, first], axis=-1) * jnp.sin(angles)
+
+
+@dataclasses.dataclass(frozen=True)
+class Disentangled:
+    """DeBERTa's disentangled relative attention (frozen, hashable).
+
+    ``kinds``: the score terms added to content->content, "c2p" (content->position) and / or
+    "p2c" (position->content); every term is scaled by ``1 / sqrt(Dh * (1 + len(kinds)))``.
+    Relative distances ``i - j`` are bucketed (``relative_positions``: exact below
+    ``buckets // 2``, logarithmic up to ``max_distance``; ``buckets`` <= 0: unbucketed) and
+    read from a table of ``2 * span`` embeddings. ``share_key``: the positions are projected with
+    the layer's own query / key projections (DeBERTa-v3), else with separate ``pos_query`` /
+    ``pos_key`` projections.
+    """
+
+    kinds: tuple[str, ...] = ("p2c", "c2p")
+    buckets: int = 256
+    max_distance: int = 512
+    share_key: bool = True
+
+    @property
+    def span(self) -> int:
+        """Half the number of relative-position embeddings."""
+        return self.buckets if self.buckets > 0 else self.max_distance
+
+    @property
+    def scale(self) -> float:
+        """Multiplier of the content and relative scores, divided by sqrt(Dh)."""
+        return (1 + len(self.kinds)) ** -0.5
+
+
+def relative_positions(length: int, buckets: int, max_distance: int) -> np.ndarray:
+    """DeBERTa's relative positions ``i - j`` int32[length, length], log-bucketed when
+    ``buckets`` and ``max_distance`` are positive: distances below ``buckets // 2`` stay,
+    longer ones become ``sign * (mid + ceil(log(|d| / mid) / log((max_distance - 1) / mid)
+    * (mid - 1)))`` (float32 arithmetic, as transformers computes it)."""
+    index = np.arange(length)
+    rel = index[:, None] - index[None, :]
+    if buckets <= 0 or max_distance <= 0:
+        return rel.astype(np.int32)
+    mid = buckets // 2
+    inside = (rel < mid) & (rel > -mid)
+    distance = np.where(inside, mid - 1, np.abs(rel)).astype(np.float32)
+    ratio = np.log(distance / np.float32(mid)) / np.log(np.float32((max_distance - 1) / mid))
+    log_pos = np.ceil(ratio * np.float32(mid - 1)) + np.float32(mid)
+    return np.where(distance <= mid, rel, log_pos * np.sign(rel)).astype(np.int32)
+
+
+def disentangled_bias(query: Array, key: Array, pos_query: Array | None, pos_key: Array | None,
+                      spec: Disentangled) -> Array:
+    """DeBERTa's relative score terms (unscaled by sqrt(Dh); ``Disentangled.scale`` applied).
+
+    query, key float32 [B, H, T, Dh]; pos_query / pos_key float32 [H, 2 * span, Dh] (the
+    projected relative-position embeddings; None where ``spec.kinds`` does not use them) ->
+    float32 [B, H, T, T]: c2p ``q_i . pos_key[d(i, j)]`` plus p2c ``k_j . pos_query[d'(j, i)]``
+    with ``d = clip(rel + span)`` and ``d' = clip(-rel + span)`` over ``[0, 2 * span)``.
+    """
+    length, span = query.shape[2], spec.span
+    rel = relative_positions(length, spec.buckets, spec.max_distance)
+    scale = np.float32(spec.scale / np.sqrt(query.shape[-1]))
+    bias = jnp.zeros((*query.shape[:2], length, length), jnp.float32)
+    if "c2p" in spec.kinds:
+        index = np.clip(rel + span, 0, 2 * span - 1)
+        scores = jnp.einsum("bhqd,hrd->bhqr", query, pos_key)
+        bias = bias + jnp.take_along_axis(scores, jnp.broadcast_to(index, bias.shape), axis=-1)
+    if "p2c" in spec.kinds:
+        index = np.clip(-rel + span, 0, 2 * span - 1)
+        scores = jnp.einsum("bhkd,hrd->bhkr", key, pos_query)
+        gathered = jnp.take_along_axis(scores, jnp.broadcast_to(index, bias.shape), axis=-1)
+        bias = bias + jnp.swapaxes(gathered, -1, -2)
+    return bias * scale
+
+
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
                           depth_major_key: bool = False, dropout_rate: float = 0.0,
-                          dropout_rng: Array | None = None, deterministic: bool = True) -> Array:
+                          dropout_rng: Array | None = None, deterministic: bool = True,
+                          scale: float = 1.0, bias: Array | None = None) -> Array:
     """Scaled dot-product attention, computed in float32, heads-major.
 
     query [B, H, Q, Dh], key [B, H, K, Dh] (``depth_major_key``: [B, H, Dh, K]), value
     [B, H, K, Dh] (any float dtype; projections arrive from compute-dtype matmuls), mask bool
-    broadcastable to [B, H, Q, K] or None -> float32 [B, H, Q, Dh]. The two batched products run
-    in float32 on purpose: a bf16 result would round the scores before the softmax. They are a
-    small share of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
+    broadcastable to [B, H, Q, K] or None -> float32 [B, H, Q, Dh]. Scores are
+    ``q . k * scale / sqrt(Dh)`` plus ``bias`` (float32 broadcastable to [B, H, Q, K], e.g.
+    ``disentangled_bias``). The two batched products run in float32 on purpose: a bf16 result
+    would round the scores before the softmax. They are a small share of the FLOPs at
+    translation lengths (4*T*d per token against 24*d^2).
     """
     depth = query.shape[-1]
-    query = query.astype(jnp.float32) * np.float32(depth ** -0.5)
+    query = query.astype(jnp.float32) * np.float32(scale * depth ** -0.5)
     spec = "bhqd,bhdk->bhqk" if depth_major_key else "bhqd,bhkd->bhqk"
     scores = jnp.einsum(spec, query, key.astype(jnp.float32))
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
@@ -133,7 +237,10 @@ class MultiHeadAttention(nn.Module):
 
     Self-attention (``cross=False``) projects queries, keys and values with one fused kernel
     [D, 3, H, Dh]; cross-attention (``cross=True``) has a query kernel [D, H, Dh] and a fused
-    key/value kernel [D, 2, H, Dh]. The output kernel is [H, Dh, D].
+    key/value kernel [D, 2, H, Dh]. The output kernel is [H, Dh, D]. ``use_bias``,
+    ``rotary_theta``, ``window`` and ``relative`` are the encoder families' options (module
+    docstring); ``relative`` without ``share_key`` adds ``pos_query`` / ``pos_key`` kernels
+    [D, H, Dh].
     """
 
     num_heads: int
@@ -141,18 +248,29 @@ class MultiHeadAttention(nn.Module):
     policy: Policy = Policy()
     cross: bool = False
     dropout_rate: float = 0.0
+    use_bias: bool = True
+    rotary_theta: float | None = None
+    window: int | None = None
+    relative: Disentangled | None = None
 
     def setup(self):
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
         shape = (self.num_heads, self.d_model // self.num_heads)
+        dense = dict(policy=self.policy, use_bias=self.use_bias)
         if self.cross:
-            self.query = Dense(shape, policy=self.policy)
-            self.key_value = Dense((2, *shape), policy=self.policy, batch_axes=(0,))
+            self.query = Dense(shape, **dense)
+            self.key_value = Dense((2, *shape), batch_axes=(0,), **dense)
         else:
-            self.qkv = Dense((3, *shape), policy=self.policy, batch_axes=(0,))
-        self.out = Dense(self.d_model, policy=self.policy, contract=2)
+            self.qkv = Dense((3, *shape), batch_axes=(0,), **dense)
+        self.out = Dense(self.d_model, contract=2, **dense)
+        relative = self.relative
+        if relative is not None and not relative.share_key:
+            if "p2c" in relative.kinds:
+                self.pos_query = Dense(shape, **dense)
+            if "c2p" in relative.kinds:
+                self.pos_key = Dense(shape, **dense)
 
     def project_kv(self, inputs_kv: Array,
                    depth_major_key: bool = False) -> tuple[Array, Array]:
@@ -163,11 +281,23 @@ class MultiHeadAttention(nn.Module):
         return (depth_major(key) if depth_major_key else heads_major(key),
                 heads_major(kv[..., 1, :, :]))
 
+    def _relative_projections(self, embeddings: Array) -> tuple[Array | None, Array | None]:
+        """(pos_query, pos_key) float32 [H, 2 * span, Dh] of the relative-position embeddings
+        float32 [2 * span, D] (None for a kind ``relative`` does not use)."""
+        kinds = self.relative.kinds
+        if self.relative.share_key:
+            qkv = jnp.transpose(self.qkv(embeddings), (1, 2, 0, 3))      # [3, H, 2S, Dh]
+            return qkv[0], qkv[1]
+        project = lambda dense: jnp.swapaxes(dense(embeddings), 0, 1)  # noqa: E731
+        return (project(self.pos_query) if "p2c" in kinds else None,
+                project(self.pos_key) if "c2p" in kinds else None)
+
     def __call__(self, inputs_q: Array, mask: Array | None = None, *,
                  kv: tuple[Array, Array] | None = None, cache: dict[str, Array] | None = None,
                  positions: Array | None = None, beams: int | None = None,
-                 depth_major_key: bool = False,
-                 deterministic: bool = True) -> Array | tuple[Array, dict[str, Array]]:
+                 depth_major_key: bool = False, deterministic: bool = True,
+                 relative_embeddings: Array | None = None,
+                 rotary_positions: Array | None = None) -> Array | tuple[Array, dict[str, Array]]:
         """Attend ``inputs_q`` float32[N, Q, D]; returns float32[N, Q, D].
 
         Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
@@ -180,15 +310,33 @@ class MultiHeadAttention(nn.Module):
         sentence; cross-attention ``kv`` holds one copy per sentence; the self-attention cache
         is the slot layout, ``positions`` is int32[B] and ``mask`` the step's
         ``ancestry_mask`` (module docstring).
+
+        The encoder options take full sequences (no cache): ``rotary_positions`` int[N, Q] are
+        the rotary positions (default ``0 .. Q-1``); ``relative_embeddings`` float32
+        [2 * span, D] are the relative-position embeddings that ``relative`` needs.
         """
         compute = self.policy.compute_dtype
         depth_major_key = depth_major_key or cache is not None
+        bias = None
         if self.cross:
             query = self.query(inputs_q)
             key, value = kv
         else:
             qkv = self.qkv(inputs_q)  # f32 [N, Q, 3, H, Dh]
             query = qkv[..., 0, :, :]
+            if self.rotary_theta is not None:
+                if rotary_positions is None:
+                    rotary_positions = jnp.broadcast_to(jnp.arange(qkv.shape[1]), qkv.shape[:2])
+                query = rotary(query, rotary_positions, self.rotary_theta)
+                qkv = qkv.at[..., 1, :, :].set(rotary(qkv[..., 1, :, :], rotary_positions,
+                                                      self.rotary_theta))
+            if self.window is not None:
+                band = window_mask(qkv.shape[1], self.window)
+                mask = band if mask is None else mask & band
+            if self.relative is not None:
+                pos_query, pos_key = self._relative_projections(relative_embeddings)
+                bias = disentangled_bias(heads_major(query), heads_major(qkv[..., 1, :, :]),
+                                         pos_query, pos_key, self.relative)
             # Keys/values are rounded to the compute dtype as the decoding cache stores them.
             key, value = (qkv[..., i, :, :].astype(compute) for i in (1, 2))
             if cache is not None and beams is not None:
@@ -209,7 +357,8 @@ class MultiHeadAttention(nn.Module):
         query = heads_major(query) if beams is None else group_beams(query, beams)
         out = dot_product_attention(query, key, value, mask, depth_major_key=depth_major_key,
                                     dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
-                                    deterministic=deterministic)
+                                    deterministic=deterministic, bias=bias,
+                                    scale=1.0 if self.relative is None else self.relative.scale)
         out = self.out(heads_major(out) if beams is None else ungroup_beams(out))  # [N, Q, D]
         return out if cache is None else (out, cache)
 

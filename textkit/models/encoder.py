@@ -1,16 +1,35 @@
-"""Pretrained-style Transformer encoders: BERT, RoBERTa, XLM-RoBERTa, ELECTRA (discriminator)
-and DistilBERT with their heads, as transformers computes them.
+"""Pretrained-style Transformer encoders: BERT, RoBERTa, XLM-RoBERTa, ELECTRA (discriminator),
+DistilBERT, DeBERTa-v3 and ModernBERT with their heads, as transformers computes them.
 
 One model class, ``Encoder``, configured by one ``EncoderConfig``: ``architecture`` (the
-family) says how tokens become vectors (token types or not, RoBERTa's positions counted after
-the padding id, ELECTRA's embedding projection) and which head layout the family uses;
-``head`` picks the output::
+family, named by its transformers ``model_type``) says how tokens become vectors and which head
+layout the family uses; ``head`` picks the output::
 
     model = get_model("bert_base_uncased", head="sequence_classification", num_labels=3)
     out = model.apply({"params": params}, input_ids=ids, attention_mask=mask,
                       token_type_ids=types)      # inference mode (no dropout)
     out["logits"]                                # float32 [B, num_labels]
     model.apply(v, **batch, deterministic=False, rngs={"dropout": key})   # training
+
+==============  ===================================================================================
+family          layers
+==============  ===================================================================================
+``bert``        post-norm; learned absolute positions and token types
+``roberta``,    as BERT, positions counted after the padding id (``roberta_positions``)
+``xlm-roberta``
+``electra``     as BERT, embeddings of ``embedding_size`` projected to ``hidden_size``
+``distilbert``  as BERT without token types
+``deberta-v2``  DeBERTa-v2/v3: post-norm; disentangled relative attention
+                (``attention.Disentangled``: c2p / p2c scores from log-bucketed relative
+                positions, one shared table of relative embeddings, layer-normed); absolute
+                positions only with ``absolute_positions``; embeddings zeroed at padding; a
+                padded query attends to nothing (its row is uniform), as transformers' 2-D mask
+``modernbert``  pre-norm (no norm before the first layer's attention) with a final norm; rotary
+                positions; every ``global_attn_every_n_layers``-th layer global (rotary theta
+                ``global_rope_theta``), the others local (keys within ``local_attention // 2``,
+                ``local_rope_theta``); GeGLU feed-forward; biases only where
+                ``attention_bias`` / ``mlp_bias`` / ``norm_bias`` say; no token types
+==============  ===================================================================================
 
 Outputs are a dict under transformers' names:
 
@@ -19,25 +38,31 @@ head                        outputs
 ==========================  ==================================================================
 ``model``                   ``last_hidden_state`` [B, T, D], ``pooler_output`` [B, D] (BERT,
                             RoBERTa, XLM-R: the tanh dense layer on the first token)
-``masked_lm``               ``logits`` [B, T, V] (decoder tied to the word embeddings, own bias)
+``masked_lm``               ``logits`` [B, T, V] (decoder tied to the word embeddings, own bias;
+                            ModernBERT's bias only with ``decoder_bias``)
 ``pretraining``             ``logits`` [B, T] (ELECTRA's discriminator: replaced-token scores)
 ``sequence_classification`` ``logits`` [B, num_labels] (BERT: pooler -> classifier; RoBERTa /
                             XLM-R: dense-tanh-dense on ``<s>``; ELECTRA: dense-gelu-dense;
-                            DistilBERT: pre-classifier -> relu -> classifier)
-``token_classification``    ``logits`` [B, T, num_labels]
-``question_answering``      ``start_logits``, ``end_logits`` [B, T]
+                            DistilBERT: pre-classifier -> relu -> classifier; DeBERTa:
+                            dense-act-dense on the first token; ModernBERT: the first token or
+                            the mean of the real ones (``classifier_pooling``) ->
+                            dense-act-norm -> classifier)
+``token_classification``    ``logits`` [B, T, num_labels] (ModernBERT: dense-act-norm first)
+``question_answering``      ``start_logits``, ``end_logits`` [B, T] (ModernBERT: likewise)
 ==========================  ==================================================================
 
 ``output_hidden_states=True`` adds ``hidden_states``: a tuple of num_layers + 1 arrays [B, T, D]
-(the embeddings' output, then each layer's). Every layer is the post-norm
-``transformer.TransformerLayer`` (attention from ``attention.MultiHeadAttention``); matmuls run in
+(the embeddings' output, then each layer's; ModernBERT's last one after its final norm, as
+transformers gives it). Every layer is a ``transformer.TransformerLayer`` (attention from
+``attention.MultiHeadAttention``, whose options give the families' variants); matmuls run in
 the policy's compute dtype with float32 accumulation, while embeddings, layer norm, softmax and
 logits stay float32; hidden states are returned in the policy's output dtype.
 ``gradient_checkpointing=True`` recomputes each layer in the backward pass (``jax.checkpoint``).
 
 Inputs: ``input_ids`` int[B, T] (``0 <= id < vocab_size``), ``attention_mask`` int/bool[B, T]
 (1 at real tokens; default all ones), ``token_type_ids`` int[B, T] (families with token types;
-default zeros), ``position_ids`` int[B, T] (default: as the family counts them). A length over
+default zeros; DeBERTa without them ignores them, as transformers does), ``position_ids``
+int[B, T] (default: as the family counts them; ModernBERT's rotary positions). A length over
 ``max_positions`` is a ``ValueError`` at trace time.
 """
 
@@ -51,6 +76,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textkit.models.attention import Disentangled
 from textkit.models.config import ModelConfig
 from textkit.models.layers import ACTIVATIONS, Dense, Dropout, Embed, LayerNorm, PositionEmbedding
 from textkit.models.registry import register_preset
@@ -60,7 +86,8 @@ __all__ = ["ENCODER_FAMILIES", "ENCODER_HEADS", "Encoder", "EncoderConfig"]
 
 Array = jax.Array
 
-ENCODER_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
+ENCODER_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2",
+                    "modernbert")
 ENCODER_HEADS = ("model", "masked_lm", "pretraining", "sequence_classification",
                  "token_classification", "question_answering")
 _POOLED = {"bert": ("model", "sequence_classification"), "roberta": ("model",),
@@ -70,23 +97,38 @@ _POOLED = {"bert": ("model", "sequence_classification"), "roberta": ("model",),
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig(ModelConfig):
-    """Hyper-parameters of ``Encoder`` (frozen, hashable); names follow textkit, the mapping
-    from transformers' ``config.json`` is in ``textkit.pretrained.encoders``.
+    """Hyper-parameters of ``Encoder`` (frozen, hashable); names follow textkit (the family
+    options keep transformers' names), the mapping from transformers' ``config.json`` is in
+    ``textkit.pretrained.encoders``.
 
-    ``type_vocab_size`` 0 means no token types (DistilBERT). ``embedding_size`` (ELECTRA) is the
-    width of the embeddings, projected to ``hidden_size`` (None: ``hidden_size``).
-    ``classifier_dropout`` None uses ``dropout``. ``gradient_checkpointing`` recomputes each
-    layer's activations in the backward pass. ``pad_id`` is the padding token (RoBERTa counts
-    positions from ``pad_id + 1``). ``labels``: the class names of a classification head
-    (transformers' ``id2label``; None: unnamed), one per label, distinct.
+    ``type_vocab_size`` 0 means no token types (DistilBERT, DeBERTa-v3, ModernBERT).
+    ``embedding_size`` (ELECTRA) is the width of the embeddings, projected to ``hidden_size``
+    (None: ``hidden_size``). ``absolute_positions``: a learned position table (False for
+    DeBERTa-v3's ``position_biased_input: false`` and ModernBERT). ``classifier_dropout`` None
+    uses ``dropout``; ``classifier_activation`` None is the family's (DeBERTa's pooler and
+    ModernBERT's head: gelu). ``gradient_checkpointing`` recomputes each layer's activations in
+    the backward pass. ``pad_id`` is the padding token (RoBERTa counts positions from
+    ``pad_id + 1``). ``labels``: the class names of a classification head (transformers'
+    ``id2label``; None: unnamed), one per label, distinct.
+
+    DeBERTa: ``relative_attention`` (transformers' ``pos_att_type``: "c2p", "p2c"),
+    ``position_buckets``, ``max_relative_positions`` (< 1: ``max_position_embeddings``),
+    ``share_att_key``, ``relative_norm`` (``norm_rel_ebd: layer_norm``). ModernBERT:
+    ``global_rope_theta``, ``local_rope_theta``, ``local_attention`` (the window, both sides
+    together), ``global_attn_every_n_layers``, ``attention_bias``, ``mlp_bias``, ``norm_bias``,
+    ``classifier_bias`` (its head's dense layer), ``decoder_bias``, ``classifier_pooling``
+    ("cls" or "mean").
     """
 
     tiny: ClassVar[Mapping[str, Any]] = {"hidden_size": 16, "num_layers": 1, "num_heads": 2,
-                                         "intermediate_size": 32, "embedding_size": None}
+                                         "intermediate_size": 32, "embedding_size": None,
+                                         "position_buckets": 8, "local_attention": 8}
 
     _rates = ("dropout", "attention_dropout")
     _choices = {"architecture": ENCODER_FAMILIES, "head": ENCODER_HEADS,
-                "activation": tuple(ACTIVATIONS)}
+                "activation": tuple(ACTIVATIONS),
+                "classifier_activation": (None, *ACTIVATIONS),
+                "classifier_pooling": ("cls", "mean")}
 
     architecture: str = "bert"
     head: str = "model"
@@ -99,12 +141,29 @@ class EncoderConfig(ModelConfig):
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     embedding_size: int | None = None
+    absolute_positions: bool = True
     layer_norm_epsilon: float = 1e-12
     dropout: float = 0.1
     attention_dropout: float = 0.1
     classifier_dropout: float | None = None
+    classifier_activation: str | None = None
     num_labels: int = 2
     gradient_checkpointing: bool = False
+    relative_attention: tuple[str, ...] = ()
+    position_buckets: int = 256
+    max_relative_positions: int = -1
+    share_att_key: bool = True
+    relative_norm: bool = True
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+    classifier_bias: bool = True
+    decoder_bias: bool = True
+    classifier_pooling: str = "cls"
     labels: tuple[str, ...] | None = None
 
     def _validate(self) -> None:
@@ -118,12 +177,27 @@ class EncoderConfig(ModelConfig):
         if self.head == "pretraining" and self.architecture != "electra":
             raise ValueError(f"{name}.head='pretraining' is ELECTRA's discriminator head; "
                              f"architecture={self.architecture!r} has masked_lm")
-        if self.architecture == "distilbert" and self.type_vocab_size:
-            raise ValueError(f"{name}: DistilBERT has no token types (type_vocab_size=0), "
-                             f"got {self.type_vocab_size}")
+        if self.architecture in ("distilbert", "modernbert") and self.type_vocab_size:
+            raise ValueError(f"{name}: {self.architecture} has no token types "
+                             f"(type_vocab_size=0), got {self.type_vocab_size}")
         if self.embedding_size is not None and self.architecture != "electra":
             raise ValueError(f"{name}.embedding_size is ELECTRA's (got "
                              f"architecture={self.architecture!r})")
+        if not self.absolute_positions and self.architecture not in ("deberta-v2", "modernbert"):
+            raise ValueError(f"{name}.absolute_positions=False is DeBERTa's or ModernBERT's "
+                             f"(got architecture={self.architecture!r})")
+        if self.architecture == "modernbert" and self.absolute_positions:
+            raise ValueError(f"{name}: ModernBERT has rotary positions "
+                             f"(absolute_positions=False)")
+        unknown = set(self.relative_attention) - {"c2p", "p2c"}
+        if unknown or (self.relative_attention and self.architecture != "deberta-v2"):
+            raise ValueError(f"{name}.relative_attention={self.relative_attention!r}; expected "
+                             f"DeBERTa's 'c2p' and / or 'p2c'")
+        if self.architecture == "modernbert" and (self.local_attention < 2
+                                                  or self.global_attn_every_n_layers < 1):
+            raise ValueError(f"{name}: local_attention={self.local_attention} (>= 2) and "
+                             f"global_attn_every_n_layers={self.global_attn_every_n_layers} "
+                             f"(>= 1) out of range")
         if self.num_labels < 1:
             raise ValueError(f"{name}.num_labels={self.num_labels}; expected >= 1")
         if self.labels is not None:
@@ -158,6 +232,36 @@ class EncoderConfig(ModelConfig):
         """Width of the embedding tables (``embedding_size`` or ``hidden_size``)."""
         return self.embedding_size or self.hidden_size
 
+    @property
+    def relative(self) -> Disentangled | None:
+        """DeBERTa's relative-attention spec (None for the other families)."""
+        if self.architecture != "deberta-v2" or not self.relative_attention:
+            return None
+        distance = self.max_relative_positions
+        return Disentangled(kinds=self.relative_attention, buckets=self.position_buckets,
+                            max_distance=distance if distance >= 1
+                            else self.max_position_embeddings,
+                            share_key=self.share_att_key)
+
+    def layer_options(self, index: int) -> dict[str, Any]:
+        """The ``TransformerLayer`` fields of layer ``index`` (family options included)."""
+        options = dict(d_model=self.hidden_size, num_heads=self.num_heads,
+                       d_ff=self.intermediate_size, dropout=self.dropout,
+                       attention_dropout=self.attention_dropout, pre_norm=False,
+                       policy=self.policy, activation=self.activation,
+                       layer_norm_epsilon=self.layer_norm_epsilon, ff_dropout=0.0,
+                       relative=self.relative)
+        if self.architecture == "modernbert":
+            local = index % self.global_attn_every_n_layers != 0
+            options.update(pre_norm=True, attention_norm=index > 0, gated_ff=True,
+                           dropout=0.0, ff_dropout=self.dropout,
+                           attention_bias=self.attention_bias, ff_bias=self.mlp_bias,
+                           norm_bias=self.norm_bias,
+                           rotary_theta=self.local_rope_theta if local
+                           else self.global_rope_theta,
+                           window=self.local_attention // 2 if local else None)
+        return options
+
 
 def roberta_positions(input_ids: Array, pad_id: int) -> Array:
     """RoBERTa's position ids: int[B, T] -> int32[B, T], ``pad_id + 1, pad_id + 2, ...`` over
@@ -171,8 +275,12 @@ class _Layer(TransformerLayer):
     """``TransformerLayer`` with ``deterministic`` positional, so that ``nn.remat`` can hold it
     static (gradient checkpointing)."""
 
-    def __call__(self, x: Array, mask: Array, deterministic: bool = True) -> Array:  # noqa: D102
-        return super().__call__(x, mask, deterministic=deterministic)
+    def __call__(self, x: Array, mask: Array, deterministic: bool = True,  # noqa: D102
+                 relative_embeddings: Array | None = None,
+                 rotary_positions: Array | None = None) -> Array:
+        return super().__call__(x, mask, deterministic=deterministic,
+                                relative_embeddings=relative_embeddings,
+                                rotary_positions=rotary_positions)
 
 
 _RematLayer = nn.remat(_Layer, static_argnums=(3,))
@@ -186,67 +294,94 @@ class Encoder(nn.Module):
     def setup(self):
         c = self.config
         p = c.policy
+        modern = c.architecture == "modernbert"
         self.word_embeddings = Embed(c.vocab_size, c.width, p, scale_by_sqrt_dim=False)
-        self.position_embeddings = PositionEmbedding("learned", c.max_position_embeddings,
-                                                     c.width, p)
+        if c.absolute_positions:
+            self.position_embeddings = PositionEmbedding("learned", c.max_position_embeddings,
+                                                         c.width, p)
         if c.type_vocab_size:
             self.token_type_embeddings = Embed(c.type_vocab_size, c.width, p,
                                                scale_by_sqrt_dim=False)
-        self.embeddings_norm = LayerNorm(p, c.layer_norm_epsilon)
+        self.embeddings_norm = LayerNorm(p, c.layer_norm_epsilon, use_bias=c.norm_bias)
         if c.embedding_size is not None:
             self.embeddings_project = Dense(c.hidden_size, policy=p)
+        if c.relative is not None:
+            self.relative_embeddings = Embed(2 * c.relative.span, c.hidden_size, p,
+                                             scale_by_sqrt_dim=False)
+            if c.relative_norm:
+                self.relative_norm = LayerNorm(p, c.layer_norm_epsilon)
         layer_cls = _RematLayer if c.gradient_checkpointing else _Layer
-        self.layers = [layer_cls(d_model=c.hidden_size, num_heads=c.num_heads,
-                                 d_ff=c.intermediate_size, dropout=c.dropout,
-                                 attention_dropout=c.attention_dropout, pre_norm=False,
-                                 policy=p, activation=c.activation,
-                                 layer_norm_epsilon=c.layer_norm_epsilon, ff_dropout=0.0,
-                                 name=f"layer_{i}")
+        self.layers = [layer_cls(**c.layer_options(i), name=f"layer_{i}")
                        for i in range(c.num_layers)]
+        if modern:
+            self.final_norm = LayerNorm(p, c.layer_norm_epsilon, use_bias=c.norm_bias)
         self.drop = Dropout(c.dropout)
         self.classifier_drop = Dropout(c.dropout if c.classifier_dropout is None
                                        else c.classifier_dropout)
         if c.has_pooler:
             self.pooler = Dense(c.hidden_size, policy=p)
-        head = c.head
+        self._setup_head()
+
+    def _setup_head(self) -> None:
+        c = self.config
+        p = c.policy
+        head, modern = c.head, c.architecture == "modernbert"
+        head_dense = dict(policy=p, use_bias=c.classifier_bias)
         if head == "masked_lm":
-            self.mlm_dense = Dense(c.width, policy=p)
-            self.mlm_norm = LayerNorm(p, c.layer_norm_epsilon)
-            self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (c.vocab_size,),
-                                       p.param_dtype)
+            self.mlm_dense = Dense(c.width, **head_dense)
+            self.mlm_norm = LayerNorm(p, c.layer_norm_epsilon, use_bias=c.norm_bias)
+            if c.decoder_bias:
+                self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (c.vocab_size,),
+                                           p.param_dtype)
         elif head == "pretraining":
             self.discriminator_dense = Dense(c.hidden_size, policy=p)
             self.discriminator_prediction = Dense(1, policy=p)
-        elif head == "sequence_classification":
-            if c.architecture != "bert":
-                self.classifier_dense = Dense(c.hidden_size, policy=p)
-            self.classifier = Dense(c.num_labels, policy=p)
-        elif head == "token_classification":
-            self.classifier = Dense(c.num_labels, policy=p)
-        elif head == "question_answering":
-            self.qa_outputs = Dense(2, policy=p)
+        elif head != "model":
+            if modern or (head == "sequence_classification" and c.architecture != "bert"):
+                self.classifier_dense = Dense(c.hidden_size, **head_dense)
+            if modern:
+                self.classifier_norm = LayerNorm(p, c.layer_norm_epsilon, use_bias=c.norm_bias)
+            if head == "question_answering":
+                self.qa_outputs = Dense(2, policy=p)
+            else:
+                self.classifier = Dense(c.num_labels, policy=p)
 
     def embed(self, input_ids: Array, token_type_ids: Array | None = None,
-              position_ids: Array | None = None, *, deterministic: bool = True) -> Array:
-        """Token (+ position + token type) embeddings, layer norm, dropout (and ELECTRA's
-        projection): int[B, T] -> float32 [B, T, hidden_size]."""
+              position_ids: Array | None = None, *, deterministic: bool = True,
+              attention_mask: Array | None = None) -> Array:
+        """Token (+ position + token type) embeddings, layer norm, (DeBERTa: zeroed at
+        ``attention_mask`` 0), dropout (and ELECTRA's projection): int[B, T] -> float32
+        [B, T, hidden_size]."""
         c = self.config
-        if position_ids is None:
-            if c.offset_positions:
-                position_ids = roberta_positions(input_ids, c.pad_id)
-            else:
-                position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-        x = self.position_embeddings(self.word_embeddings(input_ids), position_ids)
+        x = self.word_embeddings(input_ids)
+        if c.absolute_positions:
+            if position_ids is None:
+                if c.offset_positions:
+                    position_ids = roberta_positions(input_ids, c.pad_id)
+                else:
+                    position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]),
+                                                    input_ids.shape)
+            x = self.position_embeddings(x, position_ids)
         if c.type_vocab_size:
             if token_type_ids is None:
                 token_type_ids = jnp.zeros_like(input_ids)
             x = x + self.token_type_embeddings(token_type_ids)
-        elif token_type_ids is not None:
+        elif token_type_ids is not None and c.architecture != "deberta-v2":
             raise ValueError(f"{c.architecture} has no token types: call it without token_type_ids")
-        x = self.drop(self.embeddings_norm(x), deterministic=deterministic)
+        x = self.embeddings_norm(x)
+        if c.architecture == "deberta-v2" and attention_mask is not None:
+            x = x * (attention_mask != 0)[..., None].astype(x.dtype)
+        x = self.drop(x, deterministic=deterministic)
         if c.embedding_size is not None:
             x = self.embeddings_project(x)
         return x
+
+    def _mask(self, attention_mask: Array) -> Array:
+        """Attention mask bool[B, 1, 1, T] (DeBERTa: [B, 1, T, T], real queries only)."""
+        real = attention_mask != 0
+        if self.config.architecture == "deberta-v2":
+            return real[:, None, :, None] & real[:, None, None, :]
+        return real[:, None, None, :]
 
     def __call__(self, input_ids: Array, attention_mask: Array | None = None,
                  token_type_ids: Array | None = None, position_ids: Array | None = None, *,
@@ -259,12 +394,22 @@ class Encoder(nn.Module):
         c.check_length(input_ids.shape[1], "input_ids")
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, bool)
-        mask = (attention_mask != 0)[:, None, None, :]                          # [B, 1, 1, T]
-        x = self.embed(input_ids, token_type_ids, position_ids, deterministic=deterministic)
+        mask = self._mask(attention_mask)
+        x = self.embed(input_ids, token_type_ids, position_ids, deterministic=deterministic,
+                       attention_mask=attention_mask)
+        relative = None
+        if c.relative is not None:
+            relative = self.relative_embeddings.embedding.astype(jnp.float32)
+            if c.relative_norm:
+                relative = self.relative_norm(relative)
+        rotary = position_ids if c.architecture == "modernbert" else None
         states = [x]
         for layer in self.layers:
-            x = layer(x, mask, deterministic)
+            rel = None if relative is None else self.drop(relative, deterministic=deterministic)
+            x = layer(x, mask, deterministic, rel, rotary)
             states.append(x)
+        if c.architecture == "modernbert":
+            x = states[-1] = self.final_norm(x)
         out_dtype = c.policy.output_dtype
         out: dict[str, Any] = {}
         if c.head == "model":
@@ -273,24 +418,26 @@ class Encoder(nn.Module):
             pooled = jnp.tanh(self.pooler(x[:, 0]))
             if c.head == "model":
                 out["pooler_output"] = pooled.astype(out_dtype)
-        out.update(self._head(x, pooled if c.has_pooler else None, deterministic))
+        out.update(self._head(x, pooled if c.has_pooler else None, attention_mask,
+                              deterministic))
         if output_hidden_states:
             out["hidden_states"] = tuple(h.astype(out_dtype) for h in states)
         return out
 
-    def _head(self, x: Array, pooled: Array | None, deterministic: bool) -> dict[str, Array]:
+    def _head(self, x: Array, pooled: Array | None, attention_mask: Array,
+              deterministic: bool) -> dict[str, Array]:
         """The head's float32 logits from the last hidden states x [B, T, D]."""
         c = self.config
         drop = lambda h: self.classifier_drop(h, deterministic=deterministic)  # noqa: E731
+        if c.head == "model":
+            return {}
         if c.head == "masked_lm":
-            fixed_gelu = c.architecture in ("roberta", "xlm-roberta", "electra")
-            act = "gelu" if fixed_gelu else c.activation
-            h = self.mlm_norm(ACTIVATIONS[act](self.mlm_dense(x)))
-            return {"logits": self.word_embeddings.attend(h)
-                    + self.mlm_bias.astype(jnp.float32)}
+            return {"logits": self._masked_lm(x)}
         if c.head == "pretraining":
             h = ACTIVATIONS[c.activation](self.discriminator_dense(x))
             return {"logits": self.discriminator_prediction(h)[..., 0]}
+        if c.architecture == "modernbert":
+            return self._modernbert_head(x, attention_mask, drop)
         if c.head == "sequence_classification":
             if c.architecture == "bert":
                 return {"logits": self.classifier(drop(pooled))}
@@ -298,15 +445,41 @@ class Encoder(nn.Module):
             if c.architecture == "distilbert":
                 h = drop(jax.nn.relu(self.classifier_dense(first)))
             else:
-                act = jnp.tanh if c.architecture != "electra" else ACTIVATIONS["gelu"]
+                act = {"electra": ACTIVATIONS["gelu"],
+                       "deberta-v2": ACTIVATIONS[c.classifier_activation or "gelu"]}.get(
+                    c.architecture, jnp.tanh)
                 h = drop(act(self.classifier_dense(drop(first))))
             return {"logits": self.classifier(h)}
         if c.head == "token_classification":
             return {"logits": self.classifier(drop(x))}
+        logits = self.qa_outputs(drop(x) if c.architecture == "distilbert" else x)
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+    def _masked_lm(self, x: Array) -> Array:
+        """Masked-LM logits float32 [B, T, V]: dense -> activation -> norm -> tied decoder
+        (+ bias)."""
+        c = self.config
+        act = {"roberta": "gelu", "xlm-roberta": "gelu", "electra": "gelu",
+               "modernbert": c.classifier_activation or "gelu"}.get(c.architecture,
+                                                                    c.activation)
+        logits = self.word_embeddings.attend(self.mlm_norm(ACTIVATIONS[act](self.mlm_dense(x))))
+        return logits + self.mlm_bias.astype(jnp.float32) if c.decoder_bias else logits
+
+    def _modernbert_head(self, x: Array, attention_mask: Array, drop) -> dict[str, Array]:
+        """ModernBERT's heads: (pooling ->) dense -> activation -> norm -> dropout -> output."""
+        c = self.config
+        if c.head == "sequence_classification":
+            if c.classifier_pooling == "cls":
+                x = x[:, 0]
+            else:
+                weights = (attention_mask != 0).astype(jnp.float32)[..., None]   # [B, T, 1]
+                x = (x * weights).sum(1) / weights.sum(1)
+        act = ACTIVATIONS[c.classifier_activation or "gelu"]
+        h = drop(self.classifier_norm(act(self.classifier_dense(x))))
         if c.head == "question_answering":
-            logits = self.qa_outputs(drop(x) if c.architecture == "distilbert" else x)
+            logits = self.qa_outputs(h)
             return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
-        return {}
+        return {"logits": self.classifier(h)}
 
 
 # ------------------------------------------------------------------------------------ presets
@@ -341,3 +514,22 @@ register_preset("electra_base_discriminator", "encoder", Encoder, EncoderConfig,
                 architecture="electra", head="pretraining", embedding_size=768, pad_id=0)
 register_preset("distilbert_base_uncased", "encoder", Encoder, EncoderConfig,
                 architecture="distilbert", num_layers=6, type_vocab_size=0, pad_id=0)
+_DEBERTA_V3 = dict(architecture="deberta-v2", vocab_size=128100, type_vocab_size=0,
+                   absolute_positions=False, relative_attention=("p2c", "c2p"),
+                   position_buckets=256, share_att_key=True, layer_norm_epsilon=1e-7, pad_id=0)
+register_preset("deberta_v3_xsmall", "encoder", Encoder, EncoderConfig, num_layers=12,
+                hidden_size=384, num_heads=6, intermediate_size=1536, **_DEBERTA_V3)
+register_preset("deberta_v3_small", "encoder", Encoder, EncoderConfig, num_layers=6,
+                **_DEBERTA_V3)
+register_preset("deberta_v3_base", "encoder", Encoder, EncoderConfig, **_DEBERTA_V3)
+register_preset("deberta_v3_large", "encoder", Encoder, EncoderConfig, num_layers=24,
+                hidden_size=1024, num_heads=16, intermediate_size=4096, **_DEBERTA_V3)
+_MODERNBERT = dict(architecture="modernbert", vocab_size=50368, type_vocab_size=0,
+                   absolute_positions=False, max_position_embeddings=8192,
+                   layer_norm_epsilon=1e-5, dropout=0.0, attention_dropout=0.0,
+                   classifier_dropout=0.0, attention_bias=False, mlp_bias=False,
+                   norm_bias=False, classifier_bias=False, pad_id=50283)
+register_preset("modernbert_base", "encoder", Encoder, EncoderConfig, num_layers=22,
+                intermediate_size=1152, **_MODERNBERT)
+register_preset("modernbert_large", "encoder", Encoder, EncoderConfig, num_layers=28,
+                hidden_size=1024, num_heads=16, intermediate_size=2624, **_MODERNBERT)

@@ -175,14 +175,16 @@ def log_softmax(logits: Array) -> Array:
 
 
 class LayerNorm(nn.Module):
-    """Layer norm computed in float32 (scale and bias in param dtype): float32 [..., D]."""
+    """Layer norm computed in float32 (scale and bias in param dtype): float32 [..., D].
+    ``use_bias=False``: scale only (ModernBERT's ``norm_bias: false``)."""
 
     policy: Policy = Policy()
     epsilon: float = 1e-6
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32,
+        return nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32, use_bias=self.use_bias,
                             param_dtype=self.policy.param_dtype, name="norm")(
             x.astype(jnp.float32))
 
@@ -294,16 +296,26 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 class FeedForward(nn.Module):
     """Position-wise ``Dense(d_ff) -> activation -> dropout -> Dense(d_model)``: float32 [..., D].
 
-    ``activation`` is a key of ``ACTIVATIONS`` (default "relu")."""
+    ``activation`` is a key of ``ACTIVATIONS`` (default "relu"). ``gated``: a gated linear unit
+    (ModernBERT's GeGLU), ``wi`` [D, 2, d_ff] gives an input and a gate, ``act(input) * gate``;
+    ``use_bias=False`` drops both biases."""
 
     d_ff: int
     dropout_rate: float = 0.0
     policy: Policy = Policy()
     activation: str = "relu"
+    gated: bool = False
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
-        h = ACTIVATIONS[self.activation](Dense(self.d_ff, policy=self.policy, name="wi")(x))
+        dense = dict(policy=self.policy, use_bias=self.use_bias)
+        act = ACTIVATIONS[self.activation]
+        if self.gated:
+            h = Dense((2, self.d_ff), batch_axes=(0,), name="wi", **dense)(x)
+            h = act(h[..., 0, :]) * h[..., 1, :]
+        else:
+            h = act(Dense(self.d_ff, name="wi", **dense)(x))
         h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
-        return Dense(x.shape[-1], policy=self.policy, name="wo")(h)
+        return Dense(x.shape[-1], name="wo", **dense)(h)
 

@@ -28,7 +28,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.attention import MultiHeadAttention, causal_mask, padding_mask
+from textkit.models.attention import (
+    Disentangled,
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+)
 from textkit.models.beam_cache import beam_cache, beam_step_inputs, reorder_beams, resize_cache
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
@@ -135,47 +140,69 @@ class TransformerLayer(nn.Module):
     ff_dropout: float | None = None
     """Dropout between the feed-forward's two matmuls (None: ``dropout``; BERT-style encoders
     have none there)."""
+    attention_bias: bool = True
+    ff_bias: bool = True
+    norm_bias: bool = True
+    gated_ff: bool = False
+    attention_norm: bool = True
+    """False: no norm before the self-attention of a pre-norm layer (ModernBERT's first)."""
+    rotary_theta: float | None = None
+    window: int | None = None
+    relative: Disentangled | None = None
+    """Self-attention options (``attention.MultiHeadAttention``)."""
 
     def setup(self):
         attention = dict(num_heads=self.num_heads, d_model=self.d_model, policy=self.policy,
-                         dropout_rate=self.attention_dropout)
-        norm = dict(policy=self.policy, epsilon=self.layer_norm_epsilon)
-        self.self_attention = MultiHeadAttention(**attention)
-        self.self_norm = LayerNorm(**norm)
+                         dropout_rate=self.attention_dropout, use_bias=self.attention_bias)
+        norm = dict(policy=self.policy, epsilon=self.layer_norm_epsilon,
+                    use_bias=self.norm_bias)
+        self.self_attention = MultiHeadAttention(rotary_theta=self.rotary_theta,
+                                                 window=self.window, relative=self.relative,
+                                                 **attention)
+        if self.attention_norm:
+            self.self_norm = LayerNorm(**norm)
         if self.cross:
             self.cross_attention = MultiHeadAttention(cross=True, **attention)
             self.cross_norm = LayerNorm(**norm)
         ff_dropout = self.dropout if self.ff_dropout is None else self.ff_dropout
-        self.feed_forward = FeedForward(self.d_ff, ff_dropout, self.policy, self.activation)
+        self.feed_forward = FeedForward(self.d_ff, ff_dropout, self.policy, self.activation,
+                                        gated=self.gated_ff, use_bias=self.ff_bias)
         self.ff_norm = LayerNorm(**norm)
         self.drop = Dropout(self.dropout)
 
     def _residual(self, x, sublayer, norm, deterministic):
         if self.pre_norm:
-            return x + self.drop(sublayer(norm(x)), deterministic=deterministic)
+            h = x if norm is None else norm(x)
+            return x + self.drop(sublayer(h), deterministic=deterministic)
         return norm(x + self.drop(sublayer(x), deterministic=deterministic))
 
     def __call__(self, x: Array, mask: Array | None, *, memory_kv=None, memory_mask=None,
                  cache: dict[str, Array] | None = None, positions: Array | None = None,
-                 beams: int | None = None, deterministic: bool = True):
+                 beams: int | None = None, deterministic: bool = True,
+                 relative_embeddings: Array | None = None,
+                 rotary_positions: Array | None = None):
         """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
 
         ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``; keys
         depth-major in a decoding step) and
         ``memory_mask`` bool[B, 1, 1, S] their padding mask. ``beams=K``: a beam-search step
         in the slot layout (``textkit.models.attention``), ``mask`` its ancestry mask.
+        ``relative_embeddings`` / ``rotary_positions``: the self-attention's encoder options.
         """
         new_cache = None
 
         def self_attend(h):
             nonlocal new_cache
             if cache is None:
-                return self.self_attention(h, mask, deterministic=deterministic)
+                return self.self_attention(h, mask, deterministic=deterministic,
+                                           relative_embeddings=relative_embeddings,
+                                           rotary_positions=rotary_positions)
             out, new_cache = self.self_attention(h, mask, cache=cache, positions=positions,
                                                  beams=beams, deterministic=deterministic)
             return out
 
-        x = self._residual(x, self_attend, self.self_norm, deterministic)
+        x = self._residual(x, self_attend, self.self_norm if self.attention_norm else None,
+                           deterministic)
         if self.cross:
             x = self._residual(
                 x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv, beams=beams,

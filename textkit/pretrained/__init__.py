@@ -3,14 +3,15 @@
 ``load_pretrained(dir, **overrides)`` is the one loader: it dispatches on ``config.json``'s
 ``model_type`` (``loader.LOADERS``): "marian" (Marian / OPUS-MT translation models) gives
 ``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; "bert", "roberta", "xlm-roberta",
-"electra", "distilbert" (``encoders``) give ``PretrainedEncoder(model, params, tokenizer)``.
-A sentence-transformers directory (``modules.json``, ``sentence``) gives a
-``PretrainedEncoder`` whose model is a ``SentenceEncoder``; ``embed_texts(loaded, texts)``
-turns texts into vectors with any loaded encoder (``embed``). ``save_pretrained`` writes each
-back (transformers loads it), ``load_translator(dir)`` gives ``(Translator, params)``
-searching as transformers' ``generate`` does, with the options of ``generation_options(dir)``.
-Errors are ``PretrainedError``s (``textkit.errors.TextkitError`` and ``ValueError``) naming the
-directory or file and what was expected.
+"electra", "distilbert", "deberta-v2" (DeBERTa-v2/v3), "modernbert" (``encoders``) give
+``PretrainedEncoder(model, params, tokenizer)``. A sentence-transformers directory
+(``modules.json``, ``sentence``) gives a ``PretrainedEncoder`` whose model is a
+``SentenceEncoder``; ``embed_texts(loaded, texts)`` turns texts into vectors with any loaded
+encoder (``embed``). ``save_pretrained`` writes each back (transformers loads it),
+``load_translator(dir)`` gives ``(Translator, params)`` searching as transformers' ``generate``
+does, with the options of ``generation_options(dir)``. Errors are ``PretrainedError``s
+(``textkit.errors.TextkitError`` and ``ValueError``) naming the directory or file and what was
+expected.
 
 This package sits above ``textkit.models`` and ``textkit.decoding``: it maps names and options
 onto textkit's own models, and never implements a model a second time.

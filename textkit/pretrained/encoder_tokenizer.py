@@ -1,12 +1,17 @@
-"""``EncoderTokenizer``: the tokenizers of the encoder checkpoints (BERT WordPiece, RoBERTa
-byte-level BPE, XLM-R Unigram) through the ``tokenizers`` library, giving what transformers'
-fast tokenizers give.
+"""``EncoderTokenizer``: the tokenizers of the encoder checkpoints (BERT WordPiece, RoBERTa and
+ModernBERT byte-level BPE, XLM-R and DeBERTa-v3 SentencePiece Unigram) through the
+``tokenizers`` library, giving what transformers' fast tokenizers give.
 
 ``EncoderTokenizer.from_directory(dir, model_type)`` reads ``tokenizer.json`` when the directory
 has one; otherwise it builds the tokenizer as transformers does from ``vocab.txt`` (WordPiece;
 ``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars`` from
-``tokenizer_config.json``) or ``vocab.json`` + ``merges.txt`` (byte-level BPE,
-``add_prefix_space`` and ``trim_offsets`` from ``tokenizer_config.json``).
+``tokenizer_config.json``), ``vocab.json`` + ``merges.txt`` (byte-level BPE,
+``add_prefix_space`` and ``trim_offsets`` from ``tokenizer_config.json``) or a SentencePiece
+Unigram model: DeBERTa-v2/v3's ``spm.model`` (``do_lower_case``, ``split_by_punct``,
+``add_prefix_space``) and XLM-R's ``sentencepiece.bpe.model`` (fairseq's ids: ``<s> <pad> </s>
+<unk>`` first, the pieces after them, ``<mask>`` last; the model's own normalization map). The
+model file is read by a small protobuf reader of its own (``sentencepiece_pieces``), without
+the sentencepiece or protobuf packages.
 
 ``encode_batch(texts, pairs=None, max_length=None)`` encodes in Rust over the whole batch (no
 Python per text, the GIL released) and returns int32 numpy arrays under transformers' names,
@@ -38,7 +43,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "spm.model")
 """Files a checkpoint's tokenizer may have (``save`` copies those present)."""
 
-_WITH_TYPES = {"bert", "electra"}
+_WITH_TYPES = {"bert", "electra", "deberta-v2"}
 """model_types whose tokenizers return ``token_type_ids`` (transformers' model_input_names)."""
 
 _BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
@@ -46,6 +51,13 @@ _BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
 _ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
                      "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
                      "mask_token": "<mask>"}
+_DEBERTA_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "bos_token": "[CLS]",
+                     "eos_token": "[SEP]", "sep_token": "[SEP]", "cls_token": "[CLS]",
+                     "mask_token": "[MASK]"}
+_SPECIALS = {"roberta": _ROBERTA_SPECIALS, "xlm-roberta": _ROBERTA_SPECIALS,
+             "deberta-v2": _DEBERTA_SPECIALS}
+"""Special tokens by model_type (the others: BERT's)."""
+_SPM_FILES = {"deberta-v2": "spm.model", "xlm-roberta": "sentencepiece.bpe.model"}
 
 
 def _token(value: Any, default: str) -> str:
@@ -79,27 +91,34 @@ class EncoderTokenizer:
     @classmethod
     def from_directory(cls, root: str | Path, model_type: str) -> EncoderTokenizer:
         """The tokenizer of the checkpoint directory ``root`` of ``model_type`` ("bert",
-        "roberta", "xlm-roberta", "electra", "distilbert"); ``MissingFileError`` when it has
-        none of tokenizer.json, vocab.txt, vocab.json + merges.txt."""
+        "roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2", "modernbert");
+        ``MissingFileError`` when it has none of tokenizer.json and the family's vocabulary
+        files (vocab.txt, vocab.json + merges.txt, sentencepiece.bpe.model, spm.model)."""
         from tokenizers import Tokenizer
 
         root = Path(root)
         settings: dict[str, Any] = {}
         if (root / "tokenizer_config.json").is_file():
             settings = json.loads((root / "tokenizer_config.json").read_text("utf-8"))
-        bpe = model_type in ("roberta", "xlm-roberta")
-        specials = _ROBERTA_SPECIALS if bpe else _BERT_SPECIALS
+        specials = _SPECIALS.get(model_type, _BERT_SPECIALS)
         pad_token = _token(settings.get("pad_token"), specials["pad_token"])
+        spm = root / _SPM_FILES.get(model_type, "-")
         if (root / "tokenizer.json").is_file():
             tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
-        elif (root / "vocab.txt").is_file() and not bpe:
+        elif model_type == "deberta-v2" and spm.is_file():
+            tokenizer = _deberta_unigram(spm, settings)
+        elif model_type == "xlm-roberta" and spm.is_file():
+            tokenizer = _xlm_roberta_unigram(spm, settings)
+        elif (root / "vocab.txt").is_file() and model_type in ("bert", "electra", "distilbert"):
             tokenizer = _wordpiece(root / "vocab.txt", settings)
-        elif (root / "vocab.json").is_file() and (root / "merges.txt").is_file() and bpe:
+        elif ((root / "vocab.json").is_file() and (root / "merges.txt").is_file()
+              and model_type == "roberta"):
             tokenizer = _byte_level_bpe(root / "vocab.json", root / "merges.txt", settings)
         else:
-            files = "tokenizer.json or " + ("vocab.json + merges.txt" if bpe else "vocab.txt")
+            files = {"roberta": "vocab.json + merges.txt", "modernbert": "nothing else"}.get(
+                model_type, _SPM_FILES.get(model_type, "vocab.txt"))
             raise MissingFileError(f"{root} has no tokenizer files for model_type "
-                                   f"{model_type!r}: expected {files}")
+                                   f"{model_type!r}: expected tokenizer.json or {files}")
         return cls(tokenizer, pad_token=pad_token, with_token_types=model_type in _WITH_TYPES,
                    source=root)
 
@@ -205,9 +224,9 @@ class EncoderTokenizer:
         self.tokenizer.save(str(directory / "tokenizer.json"))
         classes = {"bert": "BertTokenizer", "electra": "ElectraTokenizer",
                    "distilbert": "DistilBertTokenizer", "roberta": "RobertaTokenizer",
-                   "xlm-roberta": "XLMRobertaTokenizer"}
-        specials = (_ROBERTA_SPECIALS if model_type in ("roberta", "xlm-roberta")
-                    else _BERT_SPECIALS)
+                   "xlm-roberta": "XLMRobertaTokenizer", "deberta-v2": "DebertaV2Tokenizer",
+                   "modernbert": "PreTrainedTokenizerFast"}
+        specials = _SPECIALS.get(model_type, _BERT_SPECIALS)
         config = {"tokenizer_class": classes[model_type], **specials,
                   "pad_token": self.pad_token}
         (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -277,4 +296,140 @@ def _byte_level_bpe(vocab_file: Path, merges_file: Path, settings: dict[str, Any
     cls = _token(settings.get("cls_token"), "<s>")
     tokenizer.post_processor = processors.RobertaProcessing(
         (sep, tokenizer.token_to_id(sep)), (cls, tokenizer.token_to_id(cls)), trim, prefix_space)
+    return tokenizer
+
+
+# ----------------------------------------------------------------------------- SentencePiece
+def _fields(data: bytes) -> list[tuple[int, Any]]:
+    """The (field number, value) pairs of one protobuf message: varints as int, fixed32 as
+    float (the only fixed32 fields read here are scores), length-delimited as bytes."""
+    import struct
+
+    fields, pos = [], 0
+
+    def varint() -> int:
+        nonlocal pos
+        value = shift = 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while pos < len(data):
+        tag = varint()
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            fields.append((number, varint()))
+        elif wire == 5:
+            fields.append((number, struct.unpack_from("<f", data, pos)[0]))
+            pos += 4
+        elif wire == 1:
+            fields.append((number, data[pos:pos + 8]))
+            pos += 8
+        elif wire == 2:
+            size = varint()
+            fields.append((number, data[pos:pos + size]))
+            pos += size
+        else:
+            raise ValueError(f"protobuf wire type {wire} at byte {pos}")
+    return fields
+
+
+def sentencepiece_pieces(path: Path) -> tuple[list[tuple[str, float, int]], dict[str, Any]]:
+    """A SentencePiece model file's pieces ``(piece, score, type)`` (type 1 normal, 2 unknown,
+    3 control, 4 user-defined, 6 byte) and its options: ``model_type`` (1 Unigram, 2 BPE),
+    ``unk_id``, ``precompiled_charsmap`` (bytes; empty when the model has none)."""
+    try:
+        top = _fields(path.read_bytes())
+        pieces, options = [], {"model_type": 1, "unk_id": 0, "precompiled_charsmap": b""}
+        for number, value in top:
+            if number == 1:
+                piece = dict(_fields(value))
+                pieces.append((piece.get(1, b"").decode("utf-8"), float(piece.get(2, 0.0)),
+                               int(piece.get(3, 1))))
+            elif number == 2:
+                trainer = dict(_fields(value))
+                options.update(model_type=trainer.get(3, 1), unk_id=trainer.get(40, 0))
+            elif number == 3:
+                options["precompiled_charsmap"] = dict(_fields(value)).get(2, b"")
+    except (ValueError, IndexError, UnicodeDecodeError) as err:
+        raise PretrainedError(f"{path}: not a SentencePiece model ({err})") from None
+    if options["model_type"] != 1:
+        raise PretrainedError(f"{path}: a SentencePiece model of type {options['model_type']}; "
+                              f"textkit reads Unigram models (type 1)")
+    return pieces, options
+
+
+def _unigram(vocab: list[tuple[str, float]], unk_id: int) -> Any:
+    from tokenizers import Tokenizer
+    from tokenizers.models import Unigram
+
+    return Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+
+
+def _template(tokenizer: Any, cls: str, sep: str, pair_types: bool, double_sep: bool) -> None:
+    """``cls A sep`` / ``cls A sep [sep] B sep`` with the second text's type ids 1 when
+    ``pair_types`` (DeBERTa) and two separators between the texts when ``double_sep`` (XLM-R)."""
+    from tokenizers import processors
+
+    second = 1 if pair_types else 0
+    middle = f"{sep}:0 {sep}:0" if double_sep else f"{sep}:0"
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {middle} $B:{second} {sep}:{second}",
+        special_tokens=[(cls, tokenizer.token_to_id(cls)), (sep, tokenizer.token_to_id(sep))])
+
+
+def _deberta_unigram(path: Path, settings: dict[str, Any]) -> Any:
+    """DeBERTa-v2/v3's tokenizer from ``spm.model``, as transformers' ``DebertaV2Tokenizer``
+    builds it: the pieces in their order, whitespace runs and tabs / newlines -> one space, NFC,
+    right strip (no SentencePiece normalization map), Metaspace."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers
+
+    pieces, _ = sentencepiece_pieces(path)
+    vocab = [(piece, score) for piece, score, _ in pieces]
+    unk = _token(settings.get("unk_token"), "[UNK]")
+    unk_id = vocab.index((unk, 0.0)) if (unk, 0.0) in vocab else 1
+    tokenizer = _unigram(vocab, unk_id)
+    steps = [normalizers.Lowercase()] if settings.get("do_lower_case") else []
+    steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+              normalizers.Strip(left=False, right=True)]
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    scheme = "always" if settings.get("add_prefix_space", True) else "first"
+    splits = ([pre_tokenizers.Punctuation(behavior="isolated")]
+              if settings.get("split_by_punct") else [])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [*splits, pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme)])
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
+    _added(tokenizer, settings, _DEBERTA_SPECIALS)
+    _template(tokenizer, _token(settings.get("cls_token"), "[CLS]"),
+              _token(settings.get("sep_token"), "[SEP]"), pair_types=True, double_sep=False)
+    return tokenizer
+
+
+def _xlm_roberta_unigram(path: Path, settings: dict[str, Any]) -> Any:
+    """XLM-R's tokenizer from ``sentencepiece.bpe.model``, as transformers'
+    ``XLMRobertaTokenizer`` builds it: fairseq's four specials, the pieces after the model's
+    own three (ids shifted by one), ``<mask>`` last; the model's normalization map, whitespace
+    split, Metaspace."""
+    from tokenizers import decoders, normalizers, pre_tokenizers
+
+    pieces, options = sentencepiece_pieces(path)
+    names = {k: _token(settings.get(k), v) for k, v in _ROBERTA_SPECIALS.items()}
+    vocab = [(names[k], 0.0) for k in ("bos_token", "pad_token", "eos_token", "unk_token")]
+    vocab += [(piece, score) for piece, score, _ in pieces[3:]]
+    vocab.append((names["mask_token"], 0.0))
+    tokenizer = _unigram(vocab, 3)
+    if options["precompiled_charsmap"]:
+        tokenizer.normalizer = normalizers.Precompiled(options["precompiled_charsmap"])
+    scheme = "always" if settings.get("add_prefix_space", True) else "never"
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(),
+         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme)])
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
+    _added(tokenizer, settings, _ROBERTA_SPECIALS)
+    _template(tokenizer, names["cls_token"], names["sep_token"], pair_types=False,
+              double_sep=True)
     return tokenizer

@@ -35,7 +35,8 @@ LOADERS: dict[str, Callable[..., Any]] = {"marian": marian.load,
 def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
     """Load a checkpoint directory by its ``config.json`` ``model_type`` (``LOADERS``).
 
-    An encoder checkpoint (``model_type`` bert, roberta, xlm-roberta, electra, distilbert)
+    An encoder checkpoint (``model_type`` bert, roberta, xlm-roberta, electra, distilbert,
+    deberta-v2, modernbert)
     gives ``PretrainedEncoder(model, params, tokenizer)``: an ``Encoder`` with the head of
     ``architectures``, its params and an ``EncoderTokenizer`` (``pretrained.encoders``).
     A translation checkpoint (Marian / OPUS-MT) gives ``Pretrained(model, params,
