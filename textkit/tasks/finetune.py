@@ -156,12 +156,13 @@ class EncoderTaskConfig(TaskConfig):
                      "fresh weights in the architecture of its config.json (or of --model "
                      "when DIR holds tokenizer files only)",
                      group="model", choices=("pretrained", "random"))
-    model: str = flag("bert_mini", "an encoder preset (textkit.models.list_models('encoder')), "
+    model: str = flag("bert_tiny", "an encoder preset (textkit.models.list_models('encoder')), "
                       "used without --pretrained", group="model")
     vocab_size: int = flag(8000, "WordPiece vocabulary trained for a --model preset",
                            group="model")
     max_length: int = flag(128, "tokens per example (longer ones are truncated)", group="data")
-    batch_tokens: int = flag(4096, "padded tokens per batch (the bucket's rows x length)",
+    batch_tokens: int = flag(1024, "padded tokens per batch (the bucket's rows x length; "
+                             "about 32 sentences of 32 tokens)",
                              group="data")
     num_buckets: int = flag(8, "length buckets (one compiled program each)", group="data")
     train_file: str | None = flag(None, "training file instead of --dataset's", group="data")
@@ -181,7 +182,7 @@ class EncoderTaskConfig(TaskConfig):
                                group="evaluation")
     export: bool = flag(True, "export the best parameters with save_pretrained to "
                         "<run>/export", group="output")
-    toy_examples: int = flag(2000, "training examples of the generated toy data (valid gets "
+    toy_examples: int = flag(8000, "training examples of the generated toy data (valid gets "
                              "an eighth)", group="data")
     fit: FitConfig = FitConfig(epochs=3, eval_each_epoch=True)
 

@@ -92,6 +92,8 @@ class TextClassificationConfig(EncoderTaskConfig):
     metric: str | None = flag(None, "the score ranking checkpoints: accuracy, f1, mcc, "
                               "pearson, spearman (default: the dataset's GLUE figure)",
                               group="evaluation")
+    toy_examples: int = flag(16000, "training examples of the generated toy data (valid gets "
+                             "an eighth)", group="data")
     runs_name: ClassVar[str] = "classify"
 
 

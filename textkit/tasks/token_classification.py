@@ -47,6 +47,8 @@ class TokenClassificationConfig(EncoderTaskConfig):
 
     tag_column: int = flag(-1, "column of the tag in CoNLL files (the last by default)",
                            group="data")
+    toy_examples: int = flag(2000, "training sentences of the generated toy data (valid and "
+                             "test get an eighth)", group="data")
     runs_name: ClassVar[str] = "ner"
 
 
