@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from textkit.batchify import EncoderBatchify
-from textkit.data import DataLoader, FixedBucketSampler
+from textkit.data import DataLoader, FixedBucketSampler, get_dataset, get_dataset_info
 from textkit.errors import ConfigError
 from textkit.models import Encoder, get_model
 from textkit.precision import Policy
@@ -222,6 +222,38 @@ class EncoderTask(Task):
         self.max_positions = 0
         self._predict_fns: dict[int, Callable] = {}
         self._encoded: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+
+    # -------------------------------------------------------------------------------- data
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """``train`` and ``valid`` of the files given (and ``test`` with ``--test-file``), or
+        the dataset's splits."""
+        config = self.config
+        splits = ("train", "valid") if config.train_file else super().splits
+        return splits + (("test",) if config.test_file and "test" not in splits else ())
+
+    def read_split(self, split: str) -> Any:
+        """The split's file (``--train-file`` ...), else the toy data or the dataset's."""
+        config = self.config
+        path = {"train": config.train_file, "valid": config.valid_file,
+                "test": config.test_file}.get(split)
+        if path:
+            return self.read_file(path)
+        if config.train_file:
+            raise ConfigError(f"--train-file needs --{split}-file too")
+        if config.dataset == "toy":
+            size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
+            return self.toy(split, size)
+        segment = get_dataset_info(config.dataset).splits[split]
+        return get_dataset(config.dataset, segment, root=config.data_dir)
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> Any:
+        """The labelled examples of a file in the task's format."""
+
+    @abc.abstractmethod
+    def toy(self, split: str, size: int) -> Any:
+        """``size`` generated examples of ``split``."""
 
     @property
     def data_name(self) -> str:

@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.data import get_dataset, get_dataset_info
 from textkit.data.squad import Question, Window, best_answer, read_squad, squad_scores
 from textkit.data.toy_spans import toy_questions
 from textkit.errors import ConfigError
@@ -141,26 +140,12 @@ class QuestionAnsweringTask(EncoderTask):
         self.with_impossible = config.squad_v2 or config.dataset == "squad2.0"
         self._features: dict[int, tuple[Any, list[Feature]]] = {}
 
-    @property
-    def splits(self) -> tuple[str, ...]:
-        config = self.config
-        splits = ("train", "valid") if config.train_file else super().splits
-        return splits + (("test",) if config.test_file and "test" not in splits else ())
-
     # -------------------------------------------------------------------------------- data
-    def read_split(self, split: str) -> list[Question]:
-        config = self.config
-        path = {"train": config.train_file, "valid": config.valid_file,
-                "test": config.test_file}.get(split)
-        if path:
-            return read_squad(path)
-        if config.train_file:
-            raise ConfigError(f"--train-file needs --{split}-file too")
-        if config.dataset == "toy":
-            size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
-            return toy_questions(split, size, config.seed)
-        segment = get_dataset_info(config.dataset).splits[split]
-        return get_dataset(config.dataset, segment, root=config.data_dir)
+    def read_file(self, path: str) -> list[Question]:
+        return read_squad(path)
+
+    def toy(self, split: str, size: int) -> list[Question]:
+        return toy_questions(split, size, self.config.seed)
 
     def prepare(self, data: Mapping[str, list[Question]]) -> None:
         """The tokenizer (and checkpoint); whether unanswerable questions occur (v2.0)."""

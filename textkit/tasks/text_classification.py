@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.data import get_dataset, get_dataset_info, toy_sentiment
+from textkit.data import get_dataset_info, toy_sentiment
 from textkit.data.labelled_text import TextExamples, label_set, read_labelled
 from textkit.errors import ConfigError
 from textkit.settings import flag
@@ -127,26 +127,9 @@ class TextClassificationTask(EncoderTask):
             raise ConfigError(f"{config.dataset} is a sentence-pair task: --train-file needs "
                               "--pair-column (beside --text-column) naming its second text")
 
-    @property
-    def splits(self) -> tuple[str, ...]:
-        config = self.config
-        splits = ("train", "valid") if config.train_file else super().splits
-        return splits + (("test",) if config.test_file and "test" not in splits else ())
-
     # -------------------------------------------------------------------------------- data
-    def read_split(self, split: str) -> TextExamples:
-        config = self.config
-        path = {"train": config.train_file, "valid": config.valid_file,
-                "test": config.test_file}.get(split)
-        if path:
-            return self.read_file(path)
-        if config.train_file:
-            raise ConfigError(f"--train-file needs --{split}-file too")
-        if config.dataset == "toy":
-            size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
-            return _toy(split, size, config.seed + (split != "train"))
-        segment = get_dataset_info(config.dataset).splits[split]
-        return get_dataset(config.dataset, segment, root=config.data_dir)
+    def toy(self, split: str, size: int) -> TextExamples:
+        return _toy(split, size, self.config.seed + (split != "train"))
 
     def read_file(self, path: str, *, labelled: bool = True) -> TextExamples:
         """The examples of a table file with the configured columns; labels are checked

@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.data import get_dataset, get_dataset_info
 from textkit.data.conll import (
     IGNORE_LABEL,
     TaggedSentence,
@@ -68,26 +67,12 @@ class TokenClassificationTask(EncoderTask):
         super().__init__(config, run, log)
         self.tags: list[str] = []
 
-    @property
-    def splits(self) -> tuple[str, ...]:
-        config = self.config
-        splits = ("train", "valid") if config.train_file else super().splits
-        return splits + (("test",) if config.test_file and "test" not in splits else ())
-
     # -------------------------------------------------------------------------------- data
-    def read_split(self, split: str) -> list[TaggedSentence]:
-        config = self.config
-        path = {"train": config.train_file, "valid": config.valid_file,
-                "test": config.test_file}.get(split)
-        if path:
-            return read_conll(path, config.tag_column)
-        if config.train_file:
-            raise ConfigError(f"--train-file needs --{split}-file too")
-        if config.dataset == "toy":
-            size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
-            return toy_entities(split, size, config.seed)
-        segment = get_dataset_info(config.dataset).splits[split]
-        return get_dataset(config.dataset, segment, root=config.data_dir)
+    def read_file(self, path: str) -> list[TaggedSentence]:
+        return read_conll(path, self.config.tag_column)
+
+    def toy(self, split: str, size: int) -> list[TaggedSentence]:
+        return toy_entities(split, size, self.config.seed)
 
     def num_labels(self) -> int:
         return len(self.tags)
