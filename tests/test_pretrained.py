@@ -32,6 +32,8 @@ from textkit.pretrained import (
     marian,
     save_pretrained,
 )
+from textkit.tasks import translation
+from textkit.training import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -202,5 +204,14 @@ def test_fine_tune_from_pretrained(tmp_path):
         "--toy-sizes", "120,8,8", "--eval-every", "0", "--max-length", "60",
         "--batch-tokens", "1024", "--decode-batch-size", "8", "--lr", "1e-3",
         "--save-dir", str(tmp_path / "run")])
-    assert summary["steps"] == 4
-    assert (tmp_path / "run" / "test.hyp").is_file()
+    assert summary["steps"] == 4 and summary["stopped_by"] == "steps"
+    assert len((tmp_path / "run" / "test.hyp").read_text().splitlines()) == 8
+    # the run started from the checkpoint's weights: four small steps away from them (a
+    # random init would be far off), every tensor moved, none missing or added
+    pretrained = translation.init_from(str(FIXTURES / "tiny_marian"))
+    params, _ = RunDir(tmp_path / "run").load_final(jax.eval_shape(lambda: pretrained.params))
+    assert summary["num_params"] == sum(x.size for x in jax.tree_util.tree_leaves(params))
+    moved = jax.tree_util.tree_leaves(jax.tree_util.tree_map(
+        lambda a, b: float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b)))),
+        params, pretrained.params))
+    assert 0 < min(moved) and max(moved) < 1e-3, (min(moved), max(moved))
