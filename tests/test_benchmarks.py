@@ -177,3 +177,18 @@ def test_encoder_benchmark_quick(tmp_path):
     assert positive_finite(result["infer_sent_s"], result["infer_bf16_sent_s"],
                            result["train_tok_s"])
     assert result["peer_skipped"] == "--no-peer" and "infer_ratio" not in result
+
+
+def test_median_json_combines_the_last_lines_of_several_runs(tmp_path):
+    runs = [{"beam4_ratio": r, "greedy_ratio": g, "quick": False, "cpu": {"cpu": "x"},
+             "nested": {"a": r * 2}} for r, g in ((2.71, 2.18), (2.98, 2.07), (2.80, 2.05))]
+    log = "round 1: noise\n" + "".join(json.dumps(run) + "\nnot json\n" for run in runs)
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "median_json.py")], input=log,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["runs"] == 3 and set(result) == {"runs", "beam4_ratio", "greedy_ratio",
+                                                   "nested.a"}
+    assert result["beam4_ratio"] == {"median": 2.80, "min": 2.71, "max": 2.98}
+    assert result["greedy_ratio"]["median"] == 2.07
+    assert result["nested.a"]["median"] == pytest.approx(5.6)
