@@ -208,6 +208,7 @@ def test_attention_dropout_needs_rng_and_changes_output():
     assert not np.allclose(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compute", [jnp.bfloat16, jnp.float16])
 def test_low_precision_attention_layer_gradients_run(compute):
     # Every projection and its transposed backward products run on XLA:CPU and match float32.

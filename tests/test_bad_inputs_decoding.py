@@ -59,6 +59,7 @@ def test_max_positions_names_each_models_limit():
         get_model("transformer_tiny", max_len=0)
 
 
+@pytest.mark.slow
 def test_transformer_refuses_lengths_past_max_len_even_under_jit():
     model = tiny_transformer()
     ok = jnp.ones((2, 16), jnp.int32)

@@ -120,6 +120,7 @@ def test_nmt_recipe_refuses_an_empty_split_before_any_training(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_lm_recipe_refuses_a_reused_save_dir_without_resume(tmp_path):
     lm = subprocesses.load_script(ROOT / "examples" / "language_model" / "train.py", "lm_bad")
     args = ["--model", "lstm_lm_tiny", "--toy-sentences", "200", "--epochs", "1",
@@ -153,6 +154,7 @@ def test_lm_corpora_refuse_an_empty_split(tmp_path, monkeypatch):
         task.read_split("valid")
 
 
+@pytest.mark.slow
 def test_sentiment_recipe_refuses_to_overwrite_a_finished_run(tmp_path):
     script = subprocesses.load_script(ROOT / "examples" / "sentiment" / "train.py", "sent_bad")
     args = ["--toy-sentences", "200", "--epochs", "1", "--embed-dim", "8",

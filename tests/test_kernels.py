@@ -129,6 +129,7 @@ def test_int8_matmul_of_one_row_is_the_two_row_dot_row():
         "a one-row int8 dot is XLA:CPU's slow path"
 
 
+@pytest.mark.slow
 def test_quantized_model_keeps_its_outputs(transformer):
     model, params = transformer
     qparams = quantize_int8(model, params)
@@ -177,6 +178,7 @@ def test_translator_int8_decodes_and_reuses_the_quantized_params(transformer):
         Translator(model, IdTokenizer(), IdTokenizer(), quantize="int4")
 
 
+@pytest.mark.slow
 def test_translator_batches_have_no_dummy_rows(transformer):
     model, params = transformer
     translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=6,

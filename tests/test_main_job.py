@@ -109,6 +109,7 @@ def test_an_explicit_save_dir_keeps_its_refusal(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
+@pytest.mark.slow
 def test_default_run_folders_of_the_other_recipes(tmp_path, monkeypatch, capsys):
     from subprocesses import load_script
 

@@ -76,6 +76,7 @@ def test_logits_match_transformers(loaded):
     np.testing.assert_allclose(np.asarray(logits), np.asarray(ref["logits"]), atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run,options", [("greedy", dict(beam_size=1)),
                                          ("beam4_lp0", dict(beam_size=4, alpha=0.0)),
                                          ("beam4", dict(beam_size=4))])
@@ -175,6 +176,7 @@ def test_vocab_size_mismatch(tmp_path):
         load_pretrained(path)
 
 
+@pytest.mark.slow
 def test_translate_script_pretrained():
     ref = reference("tiny_marian")
     text = "".join(line + "\n" for line in ref["inputs"])

@@ -100,6 +100,7 @@ def test_cross_validate_runs_disjoint_covering_folds():
         cross_validate(labels, 5, run_fold, only_folds=[5])
 
 
+@pytest.mark.slow
 def test_toy_run_learns_and_writes_summary(tmp_path):
     script = load_script()
     summary = script.main(["--toy-sentences", "1200", "--epochs", "5", "--embed-dim", "32",
@@ -187,6 +188,7 @@ def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
     assert written["embedding_coverage"] == coverage
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (VECTORS / "pang_lee_polarity_fasttext.vec").exists(),
                     reason=f"shared vector file {VECTORS} not found")
 def test_static_mode_on_a_real_vector_file(tmp_path):

@@ -86,6 +86,7 @@ def test_transformer_base_parameter_count():
     assert count == vocab * d + 6 * encoder_layer + 6 * decoder_layer + 2 * norm == 60_524_544
 
 
+@pytest.mark.slow
 def test_shapes_and_padding_invariance():
     model, variables = built()
     src, tgt = tokens(2, (2, 7)), tokens(3, (2, 6))
@@ -131,6 +132,7 @@ def test_causality():
     assert not np.allclose(changed[:, 3:], logits[:, 3:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [
     dict(),
     dict(pre_norm=False, positions="learned"),
@@ -149,6 +151,7 @@ def test_decode_step_matches_forward(options):
     assert cache["position"].dtype == jnp.int32
 
 
+@pytest.mark.slow
 def test_options_change_parameters():
     _, shared = built()
     _, separate = built(share_embeddings=False, tie_output=False, positions="learned")
@@ -158,6 +161,7 @@ def test_options_change_parameters():
     assert "decoder_norm" not in post["params"]
 
 
+@pytest.mark.slow
 def test_dropout_is_active_only_when_not_deterministic():
     model, variables = built(dropout=0.3, attention_dropout=0.2)
     src, tgt = tokens(8, (2, 7)), tokens(9, (2, 6))
@@ -171,6 +175,7 @@ def test_dropout_is_active_only_when_not_deterministic():
 POLICY_ATOL = {"float32": 1e-4, "bfloat16": 0.06, "float16": 0.01}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16", "bfloat16"])
 def test_policy_dtypes(policy):
     policy = Policy.parse(policy)

@@ -128,6 +128,7 @@ def _decode_alone(model, params, source, max_length):
                        pad_id=IdTokenizer.pad_id)
 
 
+@pytest.mark.slow
 def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transformer):
     model, params = tiny_transformer
     rng = np.random.default_rng(0)
@@ -157,6 +158,7 @@ def test_transformer_beam_one_equals_greedy_without_eos(tiny_transformer):
     np.testing.assert_allclose(beam.scores, greedy.scores, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_one_cache_segment_decodes_the_same_with_one_cache_length(tiny_transformer, beam_size,
                                                                  monkeypatch):
