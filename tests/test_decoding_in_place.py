@@ -86,6 +86,7 @@ def test_transformer_beam_search_equals_the_reference(transformer, beam_size, al
     assert np.any(np.asarray(old.lengths) < np.asarray(caps)[:, None]), "no EOS was tried"
 
 
+@pytest.mark.slow
 def test_eos_at_every_step_and_min_length():
     """An EOS-heavy model (EOS logit raised by the final bias): hypotheses end at many steps."""
     model, params = _biased_model(eos_bias=2.0, seed=2)

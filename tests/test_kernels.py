@@ -157,6 +157,7 @@ def test_dense_reads_an_int8_kernel():
         {"params": {**params, "bias": params["bias"] + 1.0}}, x), atol=0.05)
 
 
+@pytest.mark.slow
 def test_translator_int8_decodes_and_reuses_the_quantized_params(transformer):
     model, params = transformer
     rng = np.random.default_rng(4)

@@ -93,6 +93,7 @@ def test_translator_decodes_no_empty_source():
     assert translator.translate(None, ["", " "]) == ["", ""] and len(decoded) == 1
 
 
+@pytest.mark.slow
 def test_an_explicit_save_dir_keeps_its_refusal(tmp_path):
     from subprocesses import load_script
 

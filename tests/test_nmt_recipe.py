@@ -115,6 +115,7 @@ def test_checkpoints_record_validation_and_data_position(runs):
         "num_steps"] == 8
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training_and_still_tests(runs):
     first = runs["first"]
     assert first["steps"] == 2 and "test_bleu" in first
