@@ -16,3 +16,22 @@ def cpu_info() -> dict[str, object]:
     model, flags = model_and_flags()
     return {"cpu": model, "features": [f for f in FEATURES if f in flags],
             "missing": [f for f in FEATURES if f not in flags]}
+
+
+BF16_DOTS = ("auto", "native", "rounded")
+
+
+def choose_bf16_dots(choice: str) -> str:
+    """Select how textkit multiplies bfloat16 operands on this CPU (``--bf16-dots``): "auto"
+    (native dots only where ``/proc/cpuinfo`` lists avx512_bf16 or amx_bf16), "native" (always
+    bfloat16 dots) or "rounded" (the rounded operands multiplied in float32, the path of CPUs
+    without bf16 dot instructions, forced on any CPU). Call before any model is traced; returns
+    the path taken ("native" or "rounded") for the JSON line."""
+    from textkit.models import kernels
+
+    if choice not in BF16_DOTS:
+        raise ValueError(f"--bf16-dots {choice!r}: expected one of {BF16_DOTS}")
+    if choice != "auto":
+        forced = choice == "native"
+        kernels.has_bf16_dots = lambda: forced
+    return "native" if kernels.native_low_precision_dots("bfloat16") else "rounded"

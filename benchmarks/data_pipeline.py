@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--spm-vocab-size", type=int, default=8000)
     parser.add_argument("--quick", action="store_true",
-                        help="1 epoch, 5,000 sentence pairs, SentencePiece vocab 1000")
+                        help="1 epoch, 5,000 sentence pairs, SentencePiece vocab at most 1000")
     args = parser.parse_args()
     paths = [args.data_dir / f"train.lc.norm.tok.{side}" for side in ("en", "de")]
     missing = [str(p) for p in paths if not p.is_file()]
@@ -105,7 +105,7 @@ def main() -> None:
     samples, lengths, special_ids = numericalise(src_lines, tgt_lines)
     print(f"numericalised {len(samples)} pairs in {time.perf_counter() - start:.2f}s", flush=True)
     tokens_per_s = loader_throughput(samples, lengths, special_ids, epochs, args.num_workers)
-    vocab_size = 1000 if args.quick else args.spm_vocab_size
+    vocab_size = min(1000, args.spm_vocab_size) if args.quick else args.spm_vocab_size
     spm_tokens_per_s = spm_throughput(src_lines + tgt_lines, vocab_size)
     print(f"tokens/s: loader {tokens_per_s:,.0f}, sentencepiece encode {spm_tokens_per_s:,.0f} "
           f"({os.cpu_count()} cores)", flush=True)

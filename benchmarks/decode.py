@@ -29,8 +29,11 @@ JSON line has ``hf_skipped`` (the reason) instead of the ratios.
 ``--checkpoint RUN_DIR --sentences FILE``: a third case, a model trained by
 ``examples/nmt/train.py`` translating real sentences end to end (SentencePiece encode ->
 ``Translator.translate`` -> decode) with the run's beam size and length penalty, float32 and
-int8 (``checkpoint_sent_s``, ``checkpoint_int8_sent_s``; median of ``--rounds`` after a
-warm-up pass that compiles). The last output line is one JSON object (``beam4_ratio``,
+int8 alternating round by round (``checkpoint_sent_s``, ``checkpoint_int8_sent_s`` and
+``checkpoint_int8_ratio``: medians of ``--rounds`` after a warm-up pass that compiles).
+``--bf16-dots rounded`` forces the rounded bfloat16 path (operands rounded to bfloat16,
+multiplied in float32) on a CPU with bf16 dot instructions, ``native`` the bfloat16 dots.
+The last output line is one JSON object (``beam4_ratio``,
 ``greedy_ratio``, ``beam4_int8_ratio``, ``marian_beam4_ratio``, ... and ``cpu``).
 
     python benchmarks/decode.py --hf-python /path/to/venv/bin/python   # HF and CTranslate2
@@ -56,7 +59,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from cpu_info import cpu_info
+from cpu_info import BF16_DOTS, choose_bf16_dots, cpu_info
 
 from textkit.decoding import beam_search, greedy_search, model_step_fn
 from textkit.models import Transformer, get_model
@@ -285,7 +288,8 @@ def compare_gather(case: Case, src: np.ndarray, rounds: int,
 
 def checkpoint_case(run_dir: str, sentences: str, rounds: int, limit: int) -> dict[str, float]:
     """Sentences/s of a trained run translating the first ``limit`` lines of ``sentences``
-    end to end (text in, text out), float32 and int8; the int8 outputs' agreement too."""
+    end to end (text in, text out), float32 and int8 alternating round by round (medians; the
+    ratio int8 / float32 of the medians); the int8 outputs' agreement too."""
     from textkit.data.datasets import read_lines
     from textkit.decoding import Translator
     from textkit.tasks import translation
@@ -293,23 +297,33 @@ def checkpoint_case(run_dir: str, sentences: str, rounds: int, limit: int) -> di
     run = translation.load_trained(run_dir)
     texts = read_lines(sentences)[:limit]
     out: dict[str, float] = {"checkpoint_sentences": len(texts)}
-    outputs = {}
-    for label, quantize in (("checkpoint", None), ("checkpoint_int8", "int8")):
-        translator = Translator(run.model, run.src_tokenizer, run.tgt_tokenizer,
-                                beam_size=run.config["beam_size"], alpha=run.config["alpha"],
-                                batch_size=run.config["decode_batch_size"], quantize=quantize)
+    labels = {"checkpoint": None, "checkpoint_int8": "int8"}
+    translators, outputs, times = {}, {}, {label: [] for label in labels}
+    for label, quantize in labels.items():
+        translators[label] = Translator(
+            run.model, run.src_tokenizer, run.tgt_tokenizer, beam_size=run.config["beam_size"],
+            alpha=run.config["alpha"], batch_size=run.config["decode_batch_size"],
+            quantize=quantize)
         start = time.perf_counter()
-        outputs[label] = translator.translate(run.params, texts)   # compiles every shape
-        first_s = time.perf_counter() - start
-        times = []
-        for _ in range(rounds):
+        outputs[label] = translators[label].translate(run.params, texts)  # compiles every shape
+        print(f"checkpoint {label}: first pass with compilation "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    for round_index in range(rounds):
+        for label, translator in translators.items():
             start = time.perf_counter()
             translator.translate(run.params, texts)
-            times.append(time.perf_counter() - start)
-        out[f"{label}_sent_s"] = round(len(texts) / statistics.median(times), 2)
-        print(f"checkpoint {label}: {out[f'{label}_sent_s']:.2f} sent/s end to end "
-              f"({len(texts)} sentences, beam {run.config['beam_size']}; first pass with "
-              f"compilation {first_s:.1f} s)", flush=True)
+            times[label].append(time.perf_counter() - start)
+        print(f"  round {round_index + 1}: " + ", ".join(
+            f"{label} {len(texts) / values[-1]:.2f}" for label, values in times.items())
+            + " sent/s", flush=True)
+    for label, values in times.items():
+        out[f"{label}_sent_s"] = round(len(texts) / statistics.median(values), 2)
+    out["checkpoint_int8_ratio"] = round(
+        statistics.median(times["checkpoint"]) / statistics.median(times["checkpoint_int8"]), 3)
+    print(f"checkpoint: float32 {out['checkpoint_sent_s']:.2f}, int8 "
+          f"{out['checkpoint_int8_sent_s']:.2f} sent/s end to end ({len(texts)} sentences, "
+          f"beam {run.config['beam_size']}): int8 {out['checkpoint_int8_ratio']:.2f}x",
+          flush=True)
     same = sum(a == b for a, b in zip(outputs["checkpoint"], outputs["checkpoint_int8"]))
     out["checkpoint_int8_same_output"] = round(same / len(texts), 3)
     return out
@@ -358,6 +372,9 @@ def main() -> None:
                         help="tiny models, vocabulary 1000: checks that the script runs")
     parser.add_argument("--bfloat16", action="store_true",
                         help="also time textkit with bfloat16 weights and compute")
+    parser.add_argument("--bf16-dots", choices=BF16_DOTS, default="auto",
+                        help="with --bfloat16: native bfloat16 dots, or the rounded operands "
+                             "multiplied in float32 (auto: native only with avx512_bf16/amx_bf16)")
     parser.add_argument("--rounds", type=int, default=9,
                         help="alternating rounds (medians); on a 2-core VM one batch's time "
                              "moves by up to 15 %% from round to round on either side")
@@ -370,6 +387,7 @@ def main() -> None:
     parser.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 side")
     args = parser.parse_args()
 
+    bf16_dots = choose_bf16_dots(args.bf16_dots)
     machine = cpu_info()
     print(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']}; "
           f"devices {jax.devices()}", flush=True)
@@ -396,6 +414,8 @@ def main() -> None:
             bf16 = (measure(builders[name](bf16_policy), src, args.rounds, None, None,
                             "bfloat16")[0] if args.bfloat16 else None)
             summary.update(summarise(name, f32, bf16))
+            if bf16:
+                summary["bf16_dots"] = bf16_dots
     if args.compare_gather:
         summary.update(compare_gather(synthetic_case(args.quick, "float32"), src, args.rounds,
                                       [int(k) for k in args.compare_gather.split(",")]))

@@ -93,12 +93,14 @@ def main() -> None:
     parser.add_argument("--gather", action="store_true",
                         help="the search without the beam hooks: tiled cache gathered every "
                              "step, never grown (the path before issue 17)")
+    parser.add_argument("--quick", action="store_true",
+                        help="decode.py's tiny model: checks that the script runs")
     args = parser.parse_args()
     machine = cpu_info()
     print(f"cpu: {machine['cpu']}; has {machine['features']}", flush=True)
-    case = synthetic_case(False, "float32")
-    src = jax.numpy.asarray(np.random.default_rng(0).integers(4, 32000, size=(BATCH, SRC_LEN)),
-                            np.int32)
+    case = synthetic_case(args.quick, "float32")
+    src = jax.numpy.asarray(np.random.default_rng(0).integers(
+        4, 990 if args.quick else 32000, size=(BATCH, SRC_LEN)), np.int32)
     compiled, _ = compile_search(case, args.mode, src, gather=args.gather)
     params = mode_params(case, args.mode)
     kinds = instruction_kinds(compiled.as_text())
@@ -130,7 +132,8 @@ def main() -> None:
     for name, kind, ms in top:
         print(f"    {ms:8.3f} ms/step  {name} ({kind})")
     ms_per_step = round(wall / args.runs * 1e3 / STEPS, 2)
-    print(json.dumps({"mode": args.mode, "gather": args.gather, "ms_per_step": ms_per_step,
+    print(json.dumps({"mode": args.mode, "gather": args.gather, "quick": args.quick,
+                      "ms_per_step": ms_per_step, "traced_ms_per_step": round(total, 3),
                       "by_kind": {k: round(v * per_step, 3) for k, v in by_group.items()},
                       "top": top, "cpu": machine}))
 

@@ -38,7 +38,7 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cpu_info import cpu_info  # noqa: E402
+from cpu_info import BF16_DOTS, choose_bf16_dots, cpu_info  # noqa: E402
 from flax_reference import (  # noqa: E402
     ReferenceConfig,
     ReferenceTransformer,
@@ -161,7 +161,11 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", default="small,base")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--quick", action="store_true", help="small only, 2 timed steps")
+    parser.add_argument("--bf16-dots", choices=BF16_DOTS, default="auto",
+                        help="textkit's bfloat16 matmuls: native dots, or the rounded operands "
+                             "multiplied in float32 (auto: native only with avx512_bf16/amx_bf16)")
     args = parser.parse_args(argv)
+    bf16_dots = choose_bf16_dots(args.bf16_dots)
     sizes, dtypes, steps = args.sizes.split(","), args.dtypes.split(","), args.steps
     if args.quick:
         sizes, steps = ["small"], 2
@@ -201,6 +205,7 @@ def main(argv=None) -> None:
                                      "bfloat16_to_float32": round(bfloat16_peak, 1),
                                      "mfu_denominator_bfloat16": round(peaks["bfloat16"], 1)}
     results["cpu"] = machine
+    results["bf16_dots"] = bf16_dots
     results["tokens_counted"] = "target tokens per second (32 x 32 per step)"
     print(json.dumps(results), flush=True)
 

@@ -45,6 +45,7 @@ def run_steps(model, params, optimizer, batch, accum_steps: int, steps: int = 2)
     return state, history
 
 
+@pytest.mark.slow
 def test_accumulated_step_equals_one_large_batch_float32():
     model, params = model_and_params()
     batch = seq2seq_batch(ROWS * N)
@@ -60,6 +61,7 @@ def test_accumulated_step_equals_one_large_batch_float32():
     assert acc_metrics[0]["tokens"] == batch["tgt_lengths"].sum()
 
 
+@pytest.mark.slow
 def test_accumulation_under_mixed_float16_skips_the_whole_update_on_one_overflow():
     model, params = model_and_params("mixed_float16")
     optimizer = dynamic_loss_scale(optax.adam(1e-3), initial_scale=2.0**10)

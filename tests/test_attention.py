@@ -5,6 +5,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_transformer
 import pytest
 
 from textkit.models import kernels
@@ -94,10 +95,32 @@ def test_attention_matches_reference_with_padding_and_causal_mask():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
-def test_fully_masked_row_is_finite(dtype):
-    q = k = v = jnp.ones((1, 1, 2, 4), dtype)  # [B, H, L, Dh]
-    out = dot_product_attention(q, k, v, jnp.zeros((1, 1, 2, 2), bool))
-    assert bool(jnp.all(jnp.isfinite(out)))
+def test_fully_masked_row_attends_uniformly(dtype):
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 1, 3, 4)), dtype) for _ in range(3))  # [B,H,L,Dh]
+    mask = jnp.asarray([[[[True, True, False]] * 3]], bool).repeat(2, 0).at[1].set(False)
+    out = dot_product_attention(q, k, v, mask)
+    assert out.dtype == jnp.float32
+    # batch row 1 has no visible key: the mean of its values, the same for every query
+    expected = np.broadcast_to(np.asarray(v[1], np.float32).mean(axis=1, keepdims=True),
+                               (1, 3, 4))
+    np.testing.assert_allclose(out[1], expected, rtol=1e-6, atol=1e-6)
+    # batch row 0 is untouched by row 1 and equals the reference
+    qs, ks, vs = (np.swapaxes(np.asarray(a[:1], np.float32), 1, 2) for a in (q, k, v))
+    np.testing.assert_allclose(np.swapaxes(out[:1], 1, 2), reference_attention(
+        qs, ks, vs, np.asarray(mask[:1])), atol=1e-5)
+
+
+def test_multi_head_attention_layer_equals_numpy_projections():
+    """The layer's q/k/v projections, per-head attention and output projection, against the
+    numpy oracle reading the same parameters."""
+    attention = MultiHeadAttention(num_heads=2, d_model=8)
+    x = jax.random.normal(jax.random.PRNGKey(2), (3, 5, 8))
+    mask = padding_mask(jnp.array([[5] * 5, [5, 5, 5, 1, 1], [1] * 5]), 1) & causal_mask(5)
+    variables = attention.init(jax.random.PRNGKey(3), x, mask)
+    expected = numpy_transformer.self_attention(
+        np.asarray(x, np.float64), numpy_transformer.as64(variables["params"]), np.asarray(mask))
+    np.testing.assert_allclose(attention.apply(variables, x, mask), expected, atol=1e-5)
 
 
 def test_sinusoidal_positions():
@@ -185,6 +208,7 @@ def test_attention_dropout_needs_rng_and_changes_output():
     assert not np.allclose(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compute", [jnp.bfloat16, jnp.float16])
 def test_low_precision_attention_layer_gradients_run(compute):
     # Every projection and its transposed backward products run on XLA:CPU and match float32.

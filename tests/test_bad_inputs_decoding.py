@@ -59,6 +59,7 @@ def test_max_positions_names_each_models_limit():
         get_model("transformer_tiny", max_len=0)
 
 
+@pytest.mark.slow
 def test_transformer_refuses_lengths_past_max_len_even_under_jit():
     model = tiny_transformer()
     ok = jnp.ones((2, 16), jnp.int32)
@@ -192,6 +193,7 @@ def translator_of(run_dir: Path, **options):
     return Translator(model, tok, tok, beam_size=2, batch_size=4, **options), params, tok
 
 
+@pytest.mark.slow
 def test_translator_truncates_a_long_source_and_names_its_line(run_dir):
     translator, params, tok = translator_of(run_dir)
     assert len(tok.encode([LONG])[0]) >= 2000
@@ -241,6 +243,7 @@ def test_traced_out_of_range_ids_read_nan_rows_as_documented():
     assert not np.isfinite(np.asarray(logits)).all()
 
 
+@pytest.mark.slow
 def test_translate_script_end_to_end_long_line(run_dir):
     text = "".join(line + "\n" for line in [*NORMAL, LONG])
     done = subprocess.run(

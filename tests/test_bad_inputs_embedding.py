@@ -121,9 +121,13 @@ def cache(tmp_path):
 ])
 def test_damaged_cache_names_the_file(cache, damage, name, match):
     damage(cache)
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
     with pytest.raises(EmbeddingFormatError, match=match) as info:
         TokenEmbedding.load(cache)
     assert name in str(info.value) and "delete" in str(info.value)
+    # the damaged cache survives as it was, for the user to inspect or delete
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
+    assert sorted(p.name for p in cache.parent.iterdir()) == ["emb.cache"]
 
 
 def test_intact_cache_round_trips(cache):

@@ -1,33 +1,151 @@
-"""The benchmark scripts still run (tiny settings; the figures themselves are not checked)."""
+"""Every benchmark script runs, in every mode that needs no peer's packages (torch,
+transformers, ctranslate2: those modes are run by hand), on tiny settings. The figures
+themselves are never checked (tests do not assert on wall time); what is checked is what the
+JSON line must hold whatever the machine: the keys of each mode, the counts, and the figures
+derived from other figures of the same line."""
 
 import json
+import math
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from subprocesses import ROOT, cpu_env
+
+from textkit.data import toy_translation
 
 BENCHMARKS = ROOT / "benchmarks"
 
 
-def last_json(command: list[str], tmp_path) -> dict:
+def run_benchmark(command: list[str], tmp_path) -> tuple[dict, str]:
+    """(the last line's JSON, the whole output) of one benchmark run."""
     out = subprocess.run([sys.executable, *command], cwd=tmp_path, env=cpu_env(1), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stdout
+
+
+def last_json(command: list[str], tmp_path) -> dict:
+    return run_benchmark(command, tmp_path)[0]
+
+
+def positive_finite(*values):
+    return all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in values)
+
+
+def hf_installed() -> bool:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.mark.slow
-def test_decode_benchmark_quick(tmp_path):
-    result = last_json([str(BENCHMARKS / "decode.py"), "--quick", "--no-hf", "--rounds", "1"],
-                       tmp_path)
-    for key in ("beam4_sent_s", "greedy_sent_s", "greedy_int8_sent_s", "marian_beam4_sent_s",
-                "marian_greedy_sent_s", "marian_greedy_int8_sent_s"):
-        assert result[key] > 0
-    assert "cpu" in result and "beam4_ratio" not in result
-    assert result["hf_skipped"] == "--no-hf"
-    # CTranslate2 is not installed here: the JSON says why its ratios are missing
-    assert "ctranslate2" in result["ct2_skipped"] and "beam4_ct2_ratio" not in result
+def test_decode_benchmark_every_mode_without_a_peer(tmp_path):
+    """Both cases, float32 and bfloat16 (the rounded path forced), the in-place cache against
+    the gathered one, and the HF side: skipped with its reason where torch is absent."""
+    result, log = run_benchmark(
+        [str(BENCHMARKS / "decode.py"), "--quick", "--rounds", "2", "--bfloat16",
+         "--bf16-dots", "rounded", "--compare-gather", "2"], tmp_path)
+    modes = ("beam4", "greedy", "beam4_int8", "greedy_int8")
+    for prefix in ("", "marian_"):
+        for mode in modes:
+            assert positive_finite(result[f"{prefix}{mode}_sent_s"],
+                                   result[f"{prefix}{mode}_bfloat16_sent_s"])
+    assert positive_finite(result["inplace_beam2_sent_s"], result["gather_beam2_sent_s"])
+    assert result["bf16_dots"] == "rounded" and result["quick"] is True
+    assert (result["batch"], result["src_len"], result["steps"]) == (32, 24, 32)
+    # two alternating rounds per measurement: float32 and bfloat16, two cases
+    assert len(re.findall(r"^  round 2: ", log, re.M)) == 4
+    if hf_installed():
+        assert "hf_skipped" not in result
+        for mode in modes:
+            peer = result[f"hf_{mode.removesuffix('_int8')}_sent_s"]
+            assert result[f"{mode}_ratio"] == pytest.approx(result[f"{mode}_sent_s"] / peer,
+                                                            abs=0.02)
+    else:
+        assert re.search("torch|transformers", result["hf_skipped"]), result["hf_skipped"]
+        assert not [key for key in result if key.endswith("_ratio")]
+    # CTranslate2 (not a test dependency): the JSON says why its ratios are missing
+    if "ct2_skipped" in result:
+        assert "beam4_ct2_ratio" not in result and "greedy_int8_ct2_ratio" not in result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [["--mode", "beam4_int8"], ["--mode", "greedy", "--gather"]])
+def test_decode_profile_quick(tmp_path, options):
+    result = last_json([str(BENCHMARKS / "decode_profile.py"), "--quick", "--runs", "1",
+                        *options], tmp_path)
+    assert result["mode"] == options[1] and result["gather"] == ("--gather" in options)
+    kinds = result["by_kind"]
+    assert "matmul" in kinds and "top-k / argmax" in kinds
+    # the groups add up to the traced total; the top list names instructions of those groups
+    assert sum(kinds.values()) == pytest.approx(result["traced_ms_per_step"], abs=0.01)
+    assert positive_finite(result["traced_ms_per_step"], result["ms_per_step"])
+    assert 1 <= len(result["top"]) <= 15
+    assert sum(ms for _, _, ms in result["top"]) <= result["traced_ms_per_step"] + 0.01
+
+
+@pytest.mark.slow
+def test_embedding_load_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "embedding_load.py"), "--quick", "--workdir",
+                        str(tmp_path / "work")], tmp_path)
+    text = tmp_path / "work" / "glove_5000x50.txt"
+    assert (result["rows"], result["dim"]) == (5000, 50)   # each child asserts 5,000 rows
+    assert result["file_mib"] == round(text.stat().st_size / 2**20, 1)
+    assert len(text.read_text().splitlines()) == 5000
+    cases = ("textkit_text", "textkit_cached", "gensim_text", "gensim_binary")
+    assert positive_finite(*(result[f"{case}_s"] for case in cases))
+    assert result["text_speedup"] == pytest.approx(
+        result["gensim_text_s"] / result["textkit_text_s"], rel=0.02)
+    assert result["cached_speedup_vs_gensim_binary"] == pytest.approx(
+        result["gensim_binary_s"] / result["textkit_cached_s"], rel=0.02)
+
+
+@pytest.fixture
+def generated_multi30k(tmp_path):
+    """Toy pairs in Multi30k's tokenised layout (``train.lc.norm.tok.{en,de}``)."""
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    pairs = toy_translation("train", num_sentences=1500, seed=0)
+    (folder / "train.lc.norm.tok.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (folder / "train.lc.norm.tok.de").write_text("".join(t + "\n" for _, t in pairs))
+    return folder, pairs
+
+
+def test_bucketing_benchmark_on_generated_pairs(tmp_path, generated_multi30k):
+    folder, pairs = generated_multi30k
+    result = last_json([str(BENCHMARKS / "bucketing.py"), "--data-dir", str(folder)], tmp_path)
+    lengths = np.array([(len(s.split()) + 1, len(t.split()) + 1) for s, t in pairs])
+    # random batching, recomputed: batches of 64 in the seed-0 permutation, padded to the max
+    order = np.random.default_rng(0).permutation(len(lengths))
+    cells = sum(len(chunk) * chunk.max(axis=0).sum() for chunk in
+                (lengths[order[i:i + 64]] for i in range(0, len(order), 64)))
+    assert result["random"]["num_batches"] == math.ceil(1500 / 64)
+    assert result["random"]["pad_fraction"] == round(1 - lengths.sum() / cells, 4)
+    fixed, rounded = result["fixed_bucket"], result["fixed_bucket_round8"]
+    assert rounded["pad_fraction"] >= fixed["pad_fraction"]   # rows of 64, longer padding
+    for name in ("fixed_bucket", "token_budget", "fixed_bucket_round8", "token_budget_round8"):
+        assert result[name]["num_shapes"] <= result[name]["num_batches"]
+    assert result["fixed_bucket"]["pad_fraction"] < result["random"]["pad_fraction"]
+    assert result["fixed_bucket"]["batch_sizes"] == [64]
+    assert max(result["token_budget"]["batch_sizes"]) <= 4096
+
+
+@pytest.mark.slow
+def test_data_pipeline_quick_on_generated_pairs(tmp_path, generated_multi30k):
+    folder, pairs = generated_multi30k
+    result, log = run_benchmark([str(BENCHMARKS / "data_pipeline.py"), "--quick", "--data-dir",
+                                 str(folder), "--spm-vocab-size", "300"], tmp_path)
+    assert positive_finite(result["tokens_per_s"], result["spm_encode_tokens_per_s"])
+    # one epoch: every source token + eos and every target token + eos, counted once
+    expected = sum(len(s.split()) + 1 + len(t.split()) + 1 for s, t in pairs)
+    assert re.search(rf"^loader: {expected} tokens in [\d.]+s over 1 epoch", log, re.M), log
+    assert re.search(r"^sentencepiece: 3000 sentences -> \d+ pieces .*\(vocab 300\)", log, re.M)
 
 
 @pytest.mark.slow
@@ -46,16 +164,23 @@ def test_large_corpus_benchmark_small(tmp_path):
     result = last_json([str(BENCHMARKS / "large_corpus.py"), "--pairs", "3000", "--workers",
                         "2", "--compare-in-memory"], tmp_path)
     assert result["pairs"] == 3000 and result["store_tokens"] > 3000 * 2
-    for key in ("build_s", "build_peak_rss_mib", "epoch_tokens_per_s", "train_peak_rss_mib",
-                "in_memory_s"):
-        assert result[key] > 0
+    assert positive_finite(*(result[key] for key in (
+        "build_s", "build_peak_rss_mib", "epoch_tokens_per_s", "train_peak_rss_mib",
+        "in_memory_s")))
 
 
 @pytest.mark.slow
-def test_train_step_benchmark_quick(tmp_path):
-    result = last_json([str(BENCHMARKS / "train_step.py"), "--quick"], tmp_path)
+def test_train_step_benchmark_quick_with_the_rounded_bf16_path(tmp_path):
+    result = last_json([str(BENCHMARKS / "train_step.py"), "--quick", "--bf16-dots", "rounded"],
+                       tmp_path)
+    assert result["bf16_dots"] == "rounded"
+    assert {k for k in result if k.startswith("small_")} == {"small_float32", "small_bfloat16"}
     for case in ("small_float32", "small_bfloat16"):
-        assert result[case]["textkit_tok_s"] > 0 and result[case]["flax_ref_tok_s"] > 0
+        entry = result[case]
+        assert positive_finite(entry["textkit_tok_s"], entry["flax_ref_tok_s"])
+        assert entry["ratio"] == pytest.approx(
+            entry["textkit_tok_s"] / entry["flax_ref_tok_s"], rel=0.01)
+        assert positive_finite(entry["mfu"], entry["compile_s"])
     assert "cpu" in result
 
 
@@ -63,8 +188,8 @@ def test_train_step_benchmark_quick(tmp_path):
 def test_encoder_benchmark_quick(tmp_path):
     result = last_json([str(BENCHMARKS / "encoder.py"), "--quick", "--no-peer", "--rounds", "1",
                         "--bfloat16", "on"], tmp_path)
-    assert result["infer_sent_s"] > 0 and result["infer_bf16_sent_s"] > 0
-    assert result["train_tok_s"] > 0
+    assert positive_finite(result["infer_sent_s"], result["infer_bf16_sent_s"],
+                           result["train_tok_s"])
     assert result["peer_skipped"] == "--no-peer" and "infer_ratio" not in result
 
 
@@ -77,3 +202,18 @@ def test_finetune_benchmark_quick(tmp_path):
     assert 28 <= result["textkit_rows_per_step"] <= 40
     assert result["textkit_epoch_s"] > 0
     assert result["peer_skipped"] == "--no-peer" and "epoch_ratio" not in result
+
+
+def test_median_json_combines_the_last_lines_of_several_runs(tmp_path):
+    runs = [{"beam4_ratio": r, "greedy_ratio": g, "quick": False, "cpu": {"cpu": "x"},
+             "nested": {"a": r * 2}} for r, g in ((2.71, 2.18), (2.98, 2.07), (2.80, 2.05))]
+    log = "round 1: noise\n" + "".join(json.dumps(run) + "\nnot json\n" for run in runs)
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "median_json.py")], input=log,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["runs"] == 3 and set(result) == {"runs", "beam4_ratio", "greedy_ratio",
+                                                   "nested.a"}
+    assert result["beam4_ratio"] == {"median": 2.80, "min": 2.71, "max": 2.98}
+    assert result["greedy_ratio"]["median"] == 2.07
+    assert result["nested.a"]["median"] == pytest.approx(5.6)

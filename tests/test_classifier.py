@@ -207,6 +207,7 @@ def _encode(data, vocab, length):
     return tokens, np.array([label for _, label in data], np.int32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda v: TextCNN(TextCNNConfig(v, embed_dim=32, num_filters=32)),
     lambda v: RNNClassifier(RNNClassifierConfig(v, embed_dim=32, hidden_size=32,

@@ -203,3 +203,89 @@ def test_default_root_uses_textkit_home(tmp_path, monkeypatch):
     register_dataset(offline, overwrite=True)
     with pytest.raises(OfflineError, match=str(tmp_path / "datasets" / "ptb")):
         get_dataset("ptb_home", "test", progress=False)
+
+
+# ------------------------------------------- generated files in the catalogue's layouts
+def _generated_lm_text(num_lines: int, seed: int) -> str:
+    """PTB-style text: one sentence per line, blank lines in between (skipped by ``ptb``)."""
+    rng = np.random.default_rng(seed)
+    lines = [" ".join(f"w{i}" for i in rng.integers(0, 50, rng.integers(1, 12)))
+             for _ in range(num_lines)]
+    return "\n".join(line if i % 7 else "" for i, line in enumerate(lines)) + "\n"
+
+
+@pytest.fixture
+def generated_ptb(tmp_path):
+    """``ptb``'s catalogue entry with its three files replaced by generated ones ("remote"
+    file URLs with their own md5 checksums); returns the entry, the files and the cache."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    info = get_dataset_info("ptb")
+    sources = []
+    for seed, source in enumerate(info.sources):
+        path = remote / source.filename
+        path.write_text(_generated_lm_text(40 + 10 * seed, seed), encoding="utf-8")
+        sources.append(dataclasses.replace(source, urls=(path.as_uri(),), checksum=(
+            "md5", hashlib.md5(path.read_bytes()).hexdigest())))
+    entry = dataclasses.replace(info, name="ptb_generated", sources=tuple(sources))
+    register_dataset(entry, overwrite=True)
+    return entry, remote, tmp_path / "home" / "datasets" / "ptb"
+
+
+def _expected_tokens(path: Path) -> int:
+    """Words plus one ``<eos>`` per non-blank line, counted without textkit."""
+    lines = [line.split() for line in path.read_text(encoding="utf-8").splitlines()]
+    return sum(len(words) + 1 for words in lines if words)
+
+
+def test_generated_lm_corpus_counts_through_the_catalogue(generated_ptb):
+    entry, remote, cache = generated_ptb
+    for segment, part in (("train", "train"), ("val", "valid"), ("valid", "valid"),
+                          ("test", "test")):
+        corpus = get_dataset("ptb_generated", segment, progress=False)
+        expected = _expected_tokens(remote / f"ptb.{part}.txt")
+        assert corpus.num_tokens == len(corpus.tokens) == expected
+        assert corpus.tokens.count("<eos>") == sum(
+            1 for line in (remote / f"ptb.{part}.txt").read_text().splitlines() if line.strip())
+    assert sorted(p.name for p in cache.iterdir()) == sorted(s.filename for s in entry.sources)
+
+
+def test_checksum_error_inside_get_dataset_names_both_sums_and_leaves_nothing(generated_ptb):
+    entry, remote, cache = generated_ptb
+    assert get_dataset("ptb_generated", "val", progress=False).num_tokens > 0
+    test_source = next(s for s in entry.sources if s.filename == "ptb.test.txt")
+    corrupt = remote / "corrupt.txt"
+    corrupt.write_bytes((remote / "ptb.test.txt").read_bytes()[:-10])
+    bad = dataclasses.replace(entry, name="ptb_generated_bad", sources=tuple(
+        dataclasses.replace(s, urls=(corrupt.as_uri(),)) for s in entry.sources))
+    register_dataset(bad, overwrite=True)
+    with pytest.raises(ChecksumError) as err:
+        get_dataset("ptb_generated_bad", "test", progress=False)
+    message = str(err.value)
+    assert test_source.checksum[1] in message and corrupt.as_uri() in message
+    assert hashlib.md5(corrupt.read_bytes()).hexdigest() in message
+    assert sorted(p.name for p in cache.iterdir()) == ["ptb.valid.txt"]  # nothing left
+
+
+def test_a_root_file_with_another_checksum_is_refused_and_left_unchanged(generated_ptb,
+                                                                          tmp_path):
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "ptb.test.txt").write_text("not the published file\n")
+    with pytest.raises(ChecksumError, match="ptb.test.txt"):
+        get_dataset("ptb_generated", "test", root=root, progress=False)
+    assert (root / "ptb.test.txt").read_text() == "not the published file\n"
+    assert [p.name for p in root.iterdir()] == ["ptb.test.txt"]
+
+
+def test_generated_polarity_files_count_sentences_and_labels(tmp_path):
+    root = tmp_path / "mr"
+    root.mkdir()
+    (root / "rt-polarity.neg").write_text("".join(f"bad film {i}\n" for i in range(7)))
+    # Latin-1 bytes, as in the original release
+    (root / "rt-polarity.pos").write_bytes("".join(f"très bon {i}\n" for i in range(5))
+                                           .encode("latin-1"))
+    mr = get_dataset("mr", "all", root=root, progress=False)
+    assert len(mr) == 12 and int(mr.labels.sum()) == 5 and mr.labels.dtype == np.int32
+    assert mr.labels.tolist() == [0] * 7 + [1] * 5 and mr.label_names == ("neg", "pos")
+    assert mr.texts[7] == "très bon 0" and mr[0] == ("bad film 0", 0)

@@ -151,6 +151,7 @@ def _check_cache(cache, rows: int, what: str):
     assert leaves and all(leaf.shape[0] == rows for leaf in leaves), f"{what}: leading axis"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRANSLATION)
 def test_seq2seq_decode_step_equals_forward(name):
     src, outputs = seq2seq_case(tiny_model(name))

@@ -68,6 +68,7 @@ def _assert_same(new, old):
     np.testing.assert_allclose(np.asarray(new.scores), np.asarray(old.scores), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 4, 8])
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_transformer_beam_search_equals_the_reference(transformer, beam_size, alpha):
@@ -85,6 +86,7 @@ def test_transformer_beam_search_equals_the_reference(transformer, beam_size, al
     assert np.any(np.asarray(old.lengths) < np.asarray(caps)[:, None]), "no EOS was tried"
 
 
+@pytest.mark.slow
 def test_eos_at_every_step_and_min_length():
     """An EOS-heavy model (EOS logit raised by the final bias): hypotheses end at many steps."""
     model, params = _biased_model(eos_bias=2.0, seed=2)
@@ -133,6 +135,7 @@ def test_table_model_without_hooks_equals_the_reference():
                      reference_beam_search(table_step, params, cache, BOS, **options))
 
 
+@pytest.mark.slow
 def test_language_model_prefix_beam_search_equals_the_reference():
     """Transformer LM continuing a prompt: in-place cache, no segments (cache not fresh)."""
     from textkit.decoding import prefill
@@ -147,6 +150,7 @@ def test_language_model_prefix_beam_search_equals_the_reference():
     _assert_same(beam_search(model_step_fn(model), params, cache, last, **options), old)
 
 
+@pytest.mark.slow
 def test_greedy_and_sampling_with_a_growing_cache_equal_the_full_cache(transformer):
     model, params = transformer
     src = _sources(seed=6)
@@ -161,6 +165,7 @@ def test_greedy_and_sampling_with_a_growing_cache_equal_the_full_cache(transform
                         **options))
 
 
+@pytest.mark.slow
 def test_the_beam_cache_is_in_place_and_untiled(transformer):
     """The beam cache keeps one copy of the memory per sentence and K slots of the self
     cache; beam search never gathers it (only the [B, K, L] ancestry table moves)."""

@@ -98,6 +98,82 @@ def test_cache_keeps_subwords(tmp_path):
     assert loaded["</s>"].tolist() == emb["</s>"].tolist()
 
 
+# ------------------------------------------------- a tiny model gensim trains (no ../shared)
+GENERATED_WORDS = [f"word{i}" for i in range(50)] + ["naïve", "mañanas", "пока", "Straße"]
+
+
+def _train_tiny_fasttext(path: Path, max_n: int = 5):
+    """A fastText model of 54 words, 8 dimensions and 500 buckets, saved by gensim in
+    Facebook's binary layout; returns gensim's model (the reference)."""
+    models = pytest.importorskip("gensim.models")
+    fasttext = pytest.importorskip("gensim.models.fasttext")
+    rng = np.random.default_rng(0)
+    sentences = [[GENERATED_WORDS[i] for i in rng.integers(0, len(GENERATED_WORDS), 10)]
+                 for _ in range(300)]
+    model = models.FastText(vector_size=8, window=3, min_count=1, min_n=3, max_n=max_n,
+                            bucket=500, epochs=2, seed=1, workers=1)
+    model.build_vocab(corpus_iterable=sentences)
+    model.train(corpus_iterable=sentences, total_examples=len(sentences), epochs=2)
+    fasttext.save_facebook_model(model, str(path))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fasttext") / "tiny.bin"
+    return path, _train_tiny_fasttext(path)
+
+
+def test_generated_bin_loads_words_and_subword_settings(tiny_bin):
+    path, model = tiny_bin
+    emb = TokenEmbedding.from_file(path)            # format detected from the magic number
+    assert sorted(emb.idx_to_token) == sorted(GENERATED_WORDS)
+    assert emb.idx_to_token == list(model.wv.index_to_key)
+    assert emb.idx_to_vec.shape == (54, 8) and emb.idx_to_vec.dtype == np.float32
+    sub = emb.subwords
+    assert (sub.minn, sub.maxn, sub.bucket) == (3, 5, 500)
+    assert sub.ngram_vectors.shape == (500, 8)
+
+
+def test_generated_bin_in_vocab_and_oov_vectors_equal_gensim(tiny_bin):
+    path, model = tiny_bin
+    emb = TokenEmbedding.from_file(path)
+    fasttext = pytest.importorskip("gensim.models.fasttext")
+    kv = fasttext.load_facebook_vectors(str(path))
+    np.testing.assert_allclose(emb[GENERATED_WORDS], np.stack([model.wv[w] for w in
+                                                               GENERATED_WORDS]), atol=1e-6)
+    for word in OOV_WORDS:
+        assert word not in emb
+        vector = emb[word]
+        assert np.abs(vector).max() > 0, word      # built from n-grams, not a zero row
+        np.testing.assert_allclose(vector, kv[word], rtol=0, atol=1e-6, err_msg=word)
+        np.testing.assert_allclose(vector, model.wv[word], rtol=0, atol=1e-6, err_msg=word)
+    np.testing.assert_allclose(emb[OOV_WORDS], np.stack([emb[w] for w in OOV_WORDS]),
+                               atol=1e-7)
+
+
+def test_generated_bin_oov_is_the_mean_of_its_ngram_rows(tiny_bin):
+    """Independent of gensim: the hashed rows of ``<word>``'s 3- to 5-grams, averaged."""
+    path, _ = tiny_bin
+    emb = TokenEmbedding.from_file(path)
+    word = "Raskolnikovian"
+    grams = [("<" + word + ">")[i:i + n].encode() for n in range(3, 6)
+             for i in range(len(word) + 3 - n)]
+    rows = [_fnv_reference(g) % 500 for g in grams]
+    expected = emb.subwords.ngram_vectors[rows].mean(axis=0)
+    np.testing.assert_allclose(emb[word], expected, atol=1e-6)
+
+
+def test_generated_bin_cache_and_unknown_policy(tiny_bin, tmp_path):
+    path, _ = tiny_bin
+    emb = TokenEmbedding.from_file(path)
+    loaded = TokenEmbedding.load(emb.save(tmp_path / "tiny.cache"))
+    np.testing.assert_array_equal(loaded.idx_to_vec, emb.idx_to_vec)
+    np.testing.assert_array_equal(loaded[OOV_WORDS], emb[OOV_WORDS])
+    zeros = TokenEmbedding.from_file(path, unknown="zeros")
+    np.testing.assert_array_equal(zeros["nonexistentword"], np.zeros(8, np.float32))
+
+
 def test_truncated_model_is_an_error(tmp_path):
     path = tmp_path / "m.bin"
     path.write_bytes(struct.pack("<2i", 793712314, 12) + struct.pack("<12i", *range(1, 13)))

@@ -108,6 +108,29 @@ def test_word2vec_binary_matches_gensim():
     np.testing.assert_array_equal(emb.idx_to_vec, kv.vectors)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_generated_word2vec_files_written_by_gensim_load_equal(tmp_path, binary):
+    """word2vec binary and text files that gensim writes (unicode tokens, 7 significant digits
+    in text): detected, and read as gensim reads them; the GloVe layout (no header) too."""
+    gensim_models = pytest.importorskip("gensim.models")
+    rng = np.random.default_rng(0)
+    tokens = [f"w{i}" for i in range(200)] + ["naïve", "привет", "日本語", "a.b", "</s>"]
+    kv = gensim_models.KeyedVectors(vector_size=7)
+    kv.add_vectors(tokens, rng.normal(size=(len(tokens), 7)).astype(np.float32))
+    path = tmp_path / ("v.bin" if binary else "v.txt")
+    kv.save_word2vec_format(str(path), binary=binary)
+    emb = TokenEmbedding.from_file(path)
+    assert detect_format(path) == ("word2vec_bin" if binary else "word2vec_text")
+    loaded = gensim_models.KeyedVectors.load_word2vec_format(str(path), binary=binary)
+    assert emb.idx_to_token == loaded.index_to_key == tokens
+    np.testing.assert_array_equal(emb.idx_to_vec, loaded.vectors)
+    if not binary:          # the same rows without the header line: GloVe's layout
+        glove = tmp_path / "glove.txt"
+        glove.write_bytes(b"\n".join(path.read_bytes().split(b"\n")[1:]))
+        np.testing.assert_array_equal(TokenEmbedding.from_file(glove).idx_to_vec,
+                                      loaded.vectors)
+
+
 # ---------------------------------------------------------------------------- hand-made files
 def _write(tmp_path, text: bytes, name="v.txt") -> Path:
     path = tmp_path / name

@@ -9,6 +9,7 @@ import pytest
 
 from textkit.data.download import ChecksumError, OfflineError
 from textkit.embedding import (
+    EmbeddingFormatError,
     PretrainedSource,
     create,
     get_source,
@@ -80,6 +81,25 @@ def test_create_downloads_extracts_verifies_and_caches(tmp_path, zipped_glove):
     again = create("glove", "tiny.50d", root=root)
     assert isinstance(again.idx_to_vec, np.memmap)
     np.testing.assert_array_equal(again.idx_to_vec, emb.idx_to_vec)
+
+
+def test_a_damaged_registry_cache_is_refused_and_kept(tmp_path, zipped_glove):
+    register_source(PretrainedSource(
+        "glove", "tiny.50d", zipped_glove.as_uri(), "tiny.50d.txt", "glove",
+        member="tiny.50d.txt", file_sha1=hashlib.sha1(GLOVE_TEXT).hexdigest()))
+    create("glove", "tiny.50d", progress=False)
+    home = tmp_path / "home" / "embeddings" / "glove"
+    cache = home / "tiny.50d.cache"
+    (cache / "vectors.npy").write_bytes((cache / "vectors.npy").read_bytes()[:60])
+    before = {p.relative_to(home): p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    with pytest.raises(EmbeddingFormatError, match="vectors.npy") as info:
+        create("glove", "tiny.50d", progress=False)
+    assert "delete" in str(info.value)
+    # neither rebuilt over nor removed: every file in the cache folder is as it was
+    assert {p.relative_to(home): p.read_bytes() for p in home.rglob("*")
+            if p.is_file()} == before
+    fresh = create("glove", "tiny.50d", progress=False, cache=False)   # the text still loads
+    np.testing.assert_array_equal(fresh["the"], np.float32([0.5, -1.25, 3]))
 
 
 def test_create_reads_gzip_text_and_gunzips_binaries(tmp_path):

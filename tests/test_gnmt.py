@@ -87,6 +87,7 @@ def test_forward_padding_causality_and_decode_step(attention):
     np.testing.assert_allclose(jnp.stack(steps, axis=1), full, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_shared_and_tied_embeddings_one_table_and_decode_step_equals_forward():
     """share_embeddings + tie_output: one [V,E] table read by both embeddings and the softmax
     layer (no tgt_embedding, no [D,V] kernel), it gets gradient from all three uses, and
@@ -203,6 +204,7 @@ def test_iwslt_parameter_count_matches_the_architecture():
     assert count == expected
 
 
+@pytest.mark.slow
 def test_init_then_every_parameter_gets_gradient_and_a_copy_task_loss_falls():
     model = GNMT(TINY)
     rng = np.random.RandomState(0)

@@ -93,6 +93,7 @@ def test_translator_decodes_no_empty_source():
     assert translator.translate(None, ["", " "]) == ["", ""] and len(decoded) == 1
 
 
+@pytest.mark.slow
 def test_an_explicit_save_dir_keeps_its_refusal(tmp_path):
     from subprocesses import load_script
 
@@ -109,6 +110,7 @@ def test_an_explicit_save_dir_keeps_its_refusal(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
+@pytest.mark.slow
 def test_default_run_folders_of_the_other_recipes(tmp_path, monkeypatch, capsys):
     from subprocesses import load_script
 

@@ -1,6 +1,7 @@
 """corpus_bleu (through sacreBLEU, with its signature) and perplexity."""
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,55 @@ def test_bleu_equals_sacrebleu_on_real_references():
     assert score == pytest.approx(expected.score, abs=1e-9)
     assert 50.0 < score < 80.0             # dropping words costs n-gram matches
     assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+
+
+# A fixed reference set (lowercase words, no punctuation: 13a tokenization splits on spaces only)
+FIXED_REFERENCES = [
+    "two young men are playing football on a green field",
+    "a woman in a red dress is walking down the street",
+    "the little dog runs after a ball in the park",
+    "an old man sits on a bench and reads a newspaper",
+]
+FIXED_HYPOTHESES = [
+    "two young men play football on the green field",
+    "a woman in a red dress walks down the street",
+    "the small dog runs after the ball in a park",
+    "an old man sits on a bench reading a newspaper today",
+]
+
+# counted by hand: 34/40 unigrams, 21/36 bigrams, 12/32 trigrams, 7/28 4-grams match; 40
+# hypothesis words against 42 reference words
+BLEU_OF_THE_FIXED_SET = 100 * math.exp(1 - 42 / 40) * (34 / 40 * 21 / 36 * 12 / 32 * 7 / 28) ** 0.25
+
+
+def _bleu_by_hand(hypotheses: list[str], references: list[str]) -> float:
+    """Papineni et al.'s corpus BLEU written out: clipped n-gram precisions (n = 1..4) summed
+    over the corpus, their geometric mean, and the brevity penalty; every order has a match."""
+    matches, totals, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
+    for hyp, ref in zip(hypotheses, references):
+        h, r = hyp.split(), ref.split()
+        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+        for n in range(1, 5):
+            h_grams = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            r_grams = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            matches[n - 1] += sum(min(c, r_grams[g]) for g, c in h_grams.items())
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    assert all(matches)
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
+    brevity = 1.0 if hyp_len > ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * brevity * math.exp(log_precision)
+
+
+def test_bleu_on_a_fixed_reference_set_equals_the_formula():
+    score, signature = corpus_bleu(FIXED_HYPOTHESES, FIXED_REFERENCES)
+    assert score == pytest.approx(_bleu_by_hand(FIXED_HYPOTHESES, FIXED_REFERENCES), abs=1e-9)
+    assert score == pytest.approx(BLEU_OF_THE_FIXED_SET, abs=1e-6)
+    assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    # shorter hypotheses pay the brevity penalty exactly as the formula says
+    short = [" ".join(h.split()[:6]) for h in FIXED_HYPOTHESES]
+    assert corpus_bleu(short, FIXED_REFERENCES)[0] == pytest.approx(
+        _bleu_by_hand(short, FIXED_REFERENCES), abs=1e-9)
+    assert corpus_bleu(FIXED_REFERENCES, FIXED_REFERENCES)[0] == pytest.approx(100.0)
 
 
 def test_multiple_references_per_hypothesis():

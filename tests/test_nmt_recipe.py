@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import sacrebleu
 import subprocesses
 
 from textkit.batchify import BatchShape
@@ -114,6 +115,7 @@ def test_checkpoints_record_validation_and_data_position(runs):
         "num_steps"] == 8
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training_and_still_tests(runs):
     first = runs["first"]
     assert first["steps"] == 2 and "test_bleu" in first
@@ -208,8 +210,19 @@ def test_translate_int8_and_the_decode_benchmark_on_a_trained_run(runs, tmp_path
          "--quantize", "int8", "--input", str(source), "--reference", str(reference)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert len(result.stdout.splitlines()) == len(test_pairs)
-    assert "BLEU" in result.stderr and "case:lc" in result.stderr
+    int8_out = result.stdout.splitlines()
+    assert len(int8_out) == len(test_pairs)
+    # the BLEU printed is sacreBLEU's on what was written (cased, then lowercased)
+    expected = sacrebleu.corpus_bleu(int8_out, [[t for _, t in test_pairs]])
+    lowered = sacrebleu.corpus_bleu(int8_out, [[t for _, t in test_pairs]], lowercase=True)
+    printed = [line for line in result.stderr.splitlines() if line.startswith("BLEU ")]
+    assert [line.split()[1] for line in printed] == [f"{expected.score:.2f}",
+                                                     f"{lowered.score:.2f}"]
+    assert "case:mixed" in printed[0] and "case:lc" in printed[1]
+    # int8 decodes as float32 does on most sentences (94.5 % on the Multi30k model)
+    float_out = (save_dir / "test.hyp").read_text(encoding="utf-8").splitlines()
+    same = sum(a == b for a, b in zip(int8_out, float_out))
+    assert same >= 0.75 * len(test_pairs), f"{same} of {len(test_pairs)} equal float32's"
     bench = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--case", "none",
          "--checkpoint", str(save_dir), "--sentences", str(source), "--rounds", "1",
@@ -217,8 +230,13 @@ def test_translate_int8_and_the_decode_benchmark_on_a_trained_run(runs, tmp_path
         capture_output=True, text=True, cwd=ROOT / "benchmarks", timeout=600)
     assert bench.returncode == 0, bench.stderr
     summary = json.loads(bench.stdout.splitlines()[-1])
-    assert summary["checkpoint_sent_s"] > 0 and summary["checkpoint_int8_sent_s"] > 0
     assert summary["checkpoint_sentences"] == 8
+    # float32 and int8 alternate round by round; the ratio is that of the two medians
+    assert summary["checkpoint_int8_ratio"] == pytest.approx(
+        summary["checkpoint_int8_sent_s"] / summary["checkpoint_sent_s"], rel=0.01)
+    assert 0.0 <= summary["checkpoint_int8_same_output"] <= 1.0
+    assert round(8 * summary["checkpoint_int8_same_output"], 6) == int(
+        round(8 * summary["checkpoint_int8_same_output"]))   # a count of the 8 sentences
 
 
 @pytest.mark.slow

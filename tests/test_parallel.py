@@ -43,6 +43,7 @@ def eight_device_run(tmp_path_factory) -> dict[str, np.ndarray]:
         return dict(arrays)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", worker.MODELS)
 def test_eight_device_step_equals_single_device_step(eight_device_run, kind):
     runs = {layout: {key.split("|", 2)[2]: value for key, value in eight_device_run.items()
@@ -59,6 +60,7 @@ def test_eight_device_step_equals_single_device_step(eight_device_run, kind):
 # ---------------------------------------------------------------- 2 processes vs 1 process
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
     port, num_processes = free_port(), 2
     logs = [tmp_path / f"process{i}.log" for i in range(num_processes)]

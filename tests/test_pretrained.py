@@ -32,6 +32,8 @@ from textkit.pretrained import (
     marian,
     save_pretrained,
 )
+from textkit.tasks import translation
+from textkit.training import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -74,6 +76,7 @@ def test_logits_match_transformers(loaded):
     np.testing.assert_allclose(np.asarray(logits), np.asarray(ref["logits"]), atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run,options", [("greedy", dict(beam_size=1)),
                                          ("beam4_lp0", dict(beam_size=4, alpha=0.0)),
                                          ("beam4", dict(beam_size=4))])
@@ -173,6 +176,7 @@ def test_vocab_size_mismatch(tmp_path):
         load_pretrained(path)
 
 
+@pytest.mark.slow
 def test_translate_script_pretrained():
     ref = reference("tiny_marian")
     text = "".join(line + "\n" for line in ref["inputs"])
@@ -202,5 +206,14 @@ def test_fine_tune_from_pretrained(tmp_path):
         "--toy-sizes", "120,8,8", "--eval-every", "0", "--max-length", "60",
         "--batch-tokens", "1024", "--decode-batch-size", "8", "--lr", "1e-3",
         "--save-dir", str(tmp_path / "run")])
-    assert summary["steps"] == 4
-    assert (tmp_path / "run" / "test.hyp").is_file()
+    assert summary["steps"] == 4 and summary["stopped_by"] == "steps"
+    assert len((tmp_path / "run" / "test.hyp").read_text().splitlines()) == 8
+    # the run started from the checkpoint's weights: four small steps away from them (a
+    # random init would be far off), every tensor moved, none missing or added
+    pretrained = translation.init_from(str(FIXTURES / "tiny_marian"))
+    params, _ = RunDir(tmp_path / "run").load_final(jax.eval_shape(lambda: pretrained.params))
+    assert summary["num_params"] == sum(x.size for x in jax.tree_util.tree_leaves(params))
+    moved = jax.tree_util.tree_leaves(jax.tree_util.tree_map(
+        lambda a, b: float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b)))),
+        params, pretrained.params))
+    assert 0 < min(moved) and max(moved) < 1e-3, (min(moved), max(moved))

@@ -27,3 +27,18 @@ def test_readme_tour_runs(tmp_path, monkeypatch):
     assert out.tokens.shape[:2] == (namespace["batch"]["src_tokens"].shape[0], 1)
     assert namespace["result"].progress.epoch == 1
     assert int(out.tokens.max()) < len(vocab)
+
+
+def test_ci_runs_the_readme_test_command_ruff_and_the_fast_tier():
+    """``.ci/run`` runs README command 2 verbatim, the pinned ruff, and the fast tier on 3.12."""
+    text = README.read_text(encoding="utf-8")
+    command = re.search(r"# 2\. install and run the tests\n(.+)\n", text).group(1).strip()
+    script = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    lines = [line.strip() for line in script.splitlines()]
+    assert command in lines, "README's test command is not in .ci/run verbatim"
+    assert ".venv/bin/ruff check ." in lines and '-m "not slow"' in script
+    assert "--cov=textkit" in script
+    pyproject = (README.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'"ruff==[\d.]+"', pyproject) and '"pytest-cov>=' in pyproject
+    development = text[text.index("## Development"):]
+    assert "python -m pytest -q -n 2 --dist loadfile -m \"not slow\"" in development

@@ -80,6 +80,7 @@ def test_model_apply_gives_the_same_vectors_unbatched():
     np.testing.assert_allclose(np.asarray(out["sentence_embedding"]), want, rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_compiled_shapes_are_bounded_and_order_is_kept():
     assert length_buckets(128) == (8, 16, 32, 64, 128)
     assert length_buckets(20) == (8, 16, 20)
@@ -181,6 +182,7 @@ def test_do_lower_case_and_prompts(tmp_path):
                                rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_an_encoder_with_a_head_is_pooled_from_its_last_layer():
     model, params, tokenizer = load_pretrained(FIXTURES.parent / "encoders" / "bert_seqcls")
     batch = tokenizer.encode_batch(TEXTS[:3])

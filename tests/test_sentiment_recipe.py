@@ -10,16 +10,19 @@ import pytest
 import subprocesses
 
 from textkit.batchify import BatchShape
-from textkit.models.classifier import TextCNN, TextCNNConfig, init_classifier
+from textkit.data.toy import toy_sentiment
+from textkit.models.classifier import FROZEN, TUNED, TextCNN, TextCNNConfig, init_classifier
 from textkit.tasks.classification import (
     ClassificationBatchify,
+    ClassificationConfig,
+    ClassificationTask,
     FoldResult,
     accuracy,
     cross_validate,
     make_loader,
     make_loss,
 )
-from textkit.training import make_eval_step
+from textkit.training import RunDir, make_eval_step
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sentiment" / "train.py"
 VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "embeddings" / "vectors"
@@ -97,6 +100,7 @@ def test_cross_validate_runs_disjoint_covering_folds():
         cross_validate(labels, 5, run_fold, only_folds=[5])
 
 
+@pytest.mark.slow
 def test_toy_run_learns_and_writes_summary(tmp_path):
     script = load_script()
     summary = script.main(["--toy-sentences", "1200", "--epochs", "5", "--embed-dim", "32",
@@ -116,26 +120,85 @@ def test_toy_run_learns_and_writes_summary(tmp_path):
     assert written["num_compiles"] == len(written["bucket_keys"])
 
 
+OMITTED = ("the", ".")      # words of every toy split the generated file leaves out
+
+
+def write_toy_vectors(path: Path, dim: int = 16) -> dict[str, np.ndarray]:
+    """A word2vec-text file of random vectors for every toy-sentiment word but ``OMITTED``."""
+    words = sorted({w for seed in (0, 1) for split in ("train", "test")
+                    for text, _ in toy_sentiment(split, 2000, seed=seed) for w in text.split()})
+    rng = np.random.default_rng(0)
+    vectors = {w: rng.normal(0, 0.5, dim).astype(np.float32).round(4)
+               for w in words if w not in OMITTED}
+    path.write_text(f"{len(vectors)} {dim}\n" + "".join(
+        w + " " + " ".join(f"{x:.4f}" for x in v) + "\n" for w, v in vectors.items()))
+    return vectors
+
+
+@pytest.mark.parametrize("mode", ["static", "non-static", "multichannel"])
+def test_pretrained_vectors_fill_the_initial_tables(tmp_path, mode):
+    """The task puts each found word's vector in its row of every table of the mode; the
+    omitted words and the specials start from N(0, std), not from a file row."""
+    vectors = write_toy_vectors(tmp_path / "toy.vec")
+    config = ClassificationConfig(toy_sentences=200, mode=mode,
+                                  embedding_path=str(tmp_path / "toy.vec"))
+    task = ClassificationTask(config, RunDir(tmp_path / "run"), log=lambda _: None)
+    task.prepare({split: task.read_split(split) for split in task.splits})
+    vocab = task.vocab
+    present = [w for w in vocab.idx_to_token if w in vectors]
+    assert task.coverage == {"found": len(present), "vocab": len(vocab), "dim": 16}
+    assert len(present) == len(vocab) - len(OMITTED) - 2          # <unk> and <pad> too
+    params = task.init_params(task.build_model(), jax.random.key(0))
+    tables = {path[-1].key: np.asarray(leaf) for path, leaf in
+              jax.tree_util.tree_leaves_with_path(params) if path[-1].key in (FROZEN, TUNED)}
+    assert set(tables) == {"static": {FROZEN}, "non-static": {TUNED},
+                           "multichannel": {FROZEN, TUNED}}[mode]
+    rows = np.stack([vectors[w] for w in present])
+    for table in tables.values():
+        np.testing.assert_array_equal(table[vocab[present]], rows)
+        assert not np.isin(table[vocab["the"]], rows).all()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,model", [("static", "textcnn"),
                                         ("multichannel", "bilstm_classifier")])
 def test_pretrained_modes_run_end_to_end(tmp_path, mode, model, capsys):
-    vectors = VECTORS / "pang_lee_polarity_fasttext.vec"
-    if not vectors.exists():
-        pytest.skip(f"shared vector file {vectors} not found")
+    vectors = tmp_path / "toy.vec"
+    write_toy_vectors(vectors)
     script = load_script()
     summary = script.main(["--toy-sentences", "400", "--epochs", "2", "--mode", mode,
                            "--model", model, "--embedding-path", str(vectors),
                            "--model-overrides",
                            "num_filters=16" if model == "textcnn" else "hidden_size=16",
                            "--optimizer", "adam",
-                           "--batch-size", "32", "--num-buckets", "2", "--save-dir", str(tmp_path),
-                           "--no-progress"])
+                           "--batch-size", "32", "--num-buckets", "2", "--save-dir",
+                           str(tmp_path / "run"), "--no-progress"])
     coverage = summary["embedding_coverage"]
-    assert coverage["dim"] == 100 and 0 < coverage["found"] <= coverage["vocab"]
+    assert coverage == {"found": summary["vocab_size"] - len(OMITTED) - 2,
+                        "vocab": summary["vocab_size"], "dim": 16}
     assert f"cover {coverage['found']:,} of {coverage['vocab']:,} vocab tokens" in \
         capsys.readouterr().out
-    assert 0.0 <= summary["accuracy_mean"] <= 1.0
-    assert (tmp_path / "summary.json").exists()
+    fold = summary["folds"][0]
+    assert fold["test_samples"] == 50 and fold["train_samples"] == 400
+    # the reported accuracy is the last evaluation's, a count of the 50 test sentences
+    assert summary["accuracy_mean"] == fold["accuracy"] == fold["history"][-1]["test_accuracy"]
+    assert round(50 * fold["accuracy"], 6) == int(round(50 * fold["accuracy"]))
+    assert fold["history"][-1]["epoch"] == 2 and summary["accuracy_std"] == 0.0
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["embedding_coverage"] == coverage
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (VECTORS / "pang_lee_polarity_fasttext.vec").exists(),
+                    reason=f"shared vector file {VECTORS} not found")
+def test_static_mode_on_a_real_vector_file(tmp_path):
+    summary = load_script().main([
+        "--toy-sentences", "200", "--epochs", "1", "--mode", "static", "--embedding-path",
+        str(VECTORS / "pang_lee_polarity_fasttext.vec"), "--model-overrides", "num_filters=8",
+        "--optimizer", "adam", "--batch-size", "32", "--num-buckets", "2", "--save-dir",
+        str(tmp_path), "--no-progress"])
+    coverage = summary["embedding_coverage"]
+    assert coverage["dim"] == 100 and 0 < coverage["found"] < coverage["vocab"]
 
 
 def test_pretrained_mode_needs_vectors():

@@ -35,6 +35,9 @@ def distinct_presets(family: str) -> list[str]:
 
 CASES = [(task, preset) for task in list_tasks()
          for preset in distinct_presets(get_task(task).family())]
+# the fast tier runs one cheap preset of the cheap tasks; every other case compiles a larger
+# model or trains tokenizers first (tens of seconds on 2 cores) and is marked slow
+FAST_CASES = {("classification", "textcnn"), ("language_model", "lstm_lm_tiny")}
 
 
 def test_every_task_has_presets_and_tiny_settings():
@@ -62,7 +65,9 @@ def run_dirs(tmp_path_factory):
     return {name: RunDir(tmp_path_factory.mktemp(name)) for name in list_tasks()}
 
 
-@pytest.mark.parametrize("task_name,preset", CASES)
+@pytest.mark.parametrize("task_name,preset", [
+    case if case in FAST_CASES else pytest.param(*case, marks=pytest.mark.slow)
+    for case in CASES])
 def test_task_runs_fit_and_evaluates(task_name, preset, run_dirs):
     task_cls = get_task(task_name)
     run = run_dirs[task_name]

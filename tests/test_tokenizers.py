@@ -1,5 +1,6 @@
 import itertools
 import pickle
+import random
 from pathlib import Path
 
 import numpy as np
@@ -21,25 +22,56 @@ def test_whitespace_tokenizer():
     assert tok.decode([]) == ""
 
 
-@pytest.fixture(scope="module")
-def multi30k_sentences():
+def generated_sentences(n: int = 3000, seed: int = 0) -> list[str]:
+    """German-like sentences from a made-up lexicon (umlauts, ß, capitals, Zipf-like word
+    frequencies): enough variety for a 300-piece unigram model, trained in well under a second."""
+    syllables = ("ba be bi bo bu da de di do du ka ke ki ko ku la le li lo lu ma me mi mo mu "
+                 "na ne ni no nu ra re ri ro ru sa se si so su ta te ti to tu ä ö ü ß äu sch "
+                 "st ei ie").split()
+    rng = random.Random(seed)
+    lexicon = sorted({"".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
+                      for _ in range(600)})
+    lexicon = [w.capitalize() if i % 5 == 0 else w for i, w in enumerate(lexicon)]
+    weights = [1 / (i + 1) for i in range(len(lexicon))]
+    sentences = [" ".join(rng.choices(lexicon, weights, k=rng.randint(3, 14))) + " ."
+                 for _ in range(n)]
+    sentences[5] = "Straße  über   Füße ."    # runs of spaces: collapsed by nmt_nfkc
+    return sentences
+
+
+# Each test runs on a generated corpus (always) and on Multi30k's German side when ../shared
+# holds it (an extra check on real text). Vocabulary sizes fit each corpus.
+CORPORA = {"generated": 300, "multi30k": 2000}
+
+
+@pytest.fixture(scope="module", params=sorted(CORPORA))
+def corpus(request):
+    if request.param == "generated":
+        return request.param, generated_sentences()
     if not MULTI30K_TRAIN_DE.exists():
         pytest.skip(f"shared Multi30k data not found at {MULTI30K_TRAIN_DE}")
     with open(MULTI30K_TRAIN_DE, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, 5000)]
+        return request.param, [line.rstrip("\n") for line in itertools.islice(f, 5000)]
 
 
 @pytest.fixture(scope="module")
-def unigram(multi30k_sentences, tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("spm") / "de_unigram"
-    return SentencePieceTokenizer.train(multi30k_sentences, prefix, vocab_size=2000,
+def multi30k_sentences(corpus):
+    """The corpus's sentences (the name kept from when Multi30k was the only corpus)."""
+    return corpus[1]
+
+
+@pytest.fixture(scope="module")
+def unigram(corpus, tmp_path_factory):
+    name, sentences = corpus
+    prefix = tmp_path_factory.mktemp("spm") / f"{name}_unigram"
+    return SentencePieceTokenizer.train(sentences, prefix, vocab_size=CORPORA[name],
                                         user_defined_symbols=["<sep>"], seed=1, verbose=False)
 
 
-def test_trained_model_special_ids_agree_with_vocab(unigram):
+def test_trained_model_special_ids_agree_with_vocab(unigram, corpus):
     assert (unigram.unk_id, unigram.pad_id, unigram.bos_id, unigram.eos_id) == (0, 1, 2, 3)
     vocab = unigram.vocab
-    assert isinstance(vocab, Vocab) and len(vocab) == len(unigram) == 2000
+    assert isinstance(vocab, Vocab) and len(vocab) == len(unigram) == CORPORA[corpus[0]]
     assert (vocab.unk_id, vocab.pad_id, vocab.bos_id, vocab.eos_id) == (0, 1, 2, 3)
     assert vocab.idx_to_token[:4] == ["<unk>", "<pad>", "<bos>", "<eos>"]
     assert vocab["<sep>"] == 4  # user symbols follow the specials
@@ -82,12 +114,13 @@ def test_save_load_pickle(unigram, tmp_path, multi30k_sentences):
     assert clone.encode(batch) == unigram.encode(batch) and clone.vocab == unigram.vocab
 
 
-def test_bpe_from_file(tmp_path, multi30k_sentences):
-    corpus = tmp_path / "train.txt"
-    corpus.write_text("\n".join(multi30k_sentences[:2000]) + "\n", encoding="utf-8")
-    bpe = SentencePieceTokenizer.train(corpus, tmp_path / "bpe.model", vocab_size=1000,
+def test_bpe_from_file(tmp_path, corpus, multi30k_sentences):
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(multi30k_sentences[:2000]) + "\n", encoding="utf-8")
+    size = CORPORA[corpus[0]] // 2
+    bpe = SentencePieceTokenizer.train(path, tmp_path / "bpe.model", vocab_size=size,
                                        model_type="bpe", verbose=False)
-    assert (tmp_path / "bpe.model").is_file() and len(bpe) == 1000
+    assert (tmp_path / "bpe.model").is_file() and len(bpe) == size
     first = [" ".join(s.split()) for s in multi30k_sentences[:20]]
     assert bpe.decode(bpe.encode(first)) == first
     dropped = {tuple(bpe.encode(multi30k_sentences[3], enable_sampling=True, alpha=0.5))

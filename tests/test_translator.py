@@ -10,8 +10,9 @@ import pytest
 
 from textkit.data.tokenizers import SentencePieceTokenizer
 from textkit.decoding import Seq2SeqModel, beam_search, greedy_search, model_step_fn
-from textkit.decoding.translator import Translator, encode_and_search
-from textkit.models import get_model
+from textkit.decoding.contract import segment_lengths
+from textkit.decoding.translator import OneSegmentStep, Translator, encode_and_search
+from textkit.models import Transformer, get_model
 
 SENTENCES = [
     "the red friend runs .",
@@ -127,6 +128,7 @@ def _decode_alone(model, params, source, max_length):
                        pad_id=IdTokenizer.pad_id)
 
 
+@pytest.mark.slow
 def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transformer):
     model, params = tiny_transformer
     rng = np.random.default_rng(0)
@@ -154,3 +156,30 @@ def test_transformer_beam_one_equals_greedy_without_eos(tiny_transformer):
     greedy = greedy_search(model_step_fn(model), params, cache, IdTokenizer.bos_id, **options)
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
     np.testing.assert_allclose(beam.scores, greedy.scores, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_one_cache_segment_decodes_the_same_with_one_cache_length(tiny_transformer, beam_size,
+                                                                 monkeypatch):
+    """``grow_cache=False`` (translate.py --one-cache-segment): the same outputs, and the step
+    only ever sees the full-length cache (the grown search resizes it through 8, 16, 40)."""
+    model, params = tiny_transformer
+    rng = np.random.default_rng(5)
+    sources = [rng.integers(4, 24, size=n).tolist() for n in (7, 2, 13)]
+    lengths = {True: set(), False: set()}
+    original = Transformer.decode_step
+
+    def recording(self, cache, tokens):
+        lengths[current].add(cache["layers"][0]["self"]["value"].shape[-2])
+        return original(self, cache, tokens)
+
+    monkeypatch.setattr(Transformer, "decode_step", recording)
+    outputs = {}
+    for current in (True, False):
+        translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=beam_size,
+                                max_length=40, grow_cache=current)
+        outputs[current] = translator.translate_ids(params, sources)
+    assert outputs[True] == outputs[False] and any(outputs[True])
+    assert lengths[False] == {40} and lengths[True] == set(segment_lengths(40)) != {40}
+    assert not hasattr(OneSegmentStep(model_step_fn(model)), "resize_cache")

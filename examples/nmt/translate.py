@@ -64,6 +64,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                           help="sentences per decode batch")
     decoding.add_argument("--quantize", choices=["int8"], default=None,
                           help="int8 weights and int8 x int8 matmuls (CPU inference)")
+    decoding.add_argument("--one-cache-segment", action="store_true",
+                          help="keep the decoding cache at full length from the first step "
+                               "(default: grown in up to three segments)")
     decoding.add_argument("--reference", default=None,
                           help="reference file: print BLEU to stderr")
     output = p.add_argument_group("output")
@@ -93,6 +96,8 @@ def pretrained_translator(args: argparse.Namespace,
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
+    if args.one_cache_segment:
+        options["grow_cache"] = False
     try:
         translator, params = load_translator(
             args.pretrained, on_long_source=args.on_long_source, **options)
@@ -112,7 +117,8 @@ def checkpoint_translator(args: argparse.Namespace,
         beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
         alpha=args.alpha if args.alpha is not None else config["alpha"],
         batch_size=args.batch_size or config["decode_batch_size"],
-        on_long_source=args.on_long_source, quantize=args.quantize)
+        on_long_source=args.on_long_source, quantize=args.quantize,
+        grow_cache=not args.one_cache_segment)
     return translator, run.params, run.source, config.get("dataset") == "toy"
 
 

@@ -32,11 +32,12 @@ the pad id), else the target tokenizer's ``bos_id``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -84,13 +85,13 @@ def default_max_length(src_length: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=(
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
-    "forced_eos", "hf_compatible"))
+    "forced_eos", "hf_compatible", "grow_cache"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
                       caps: jax.Array, alpha: jax.Array, length_offset: jax.Array, *,
                       max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
                       pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
-                      hf_compatible: bool = False) -> DecodeOutput:
+                      hf_compatible: bool = False, grow_cache: bool = True) -> DecodeOutput:
     """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row
     (``hf_compatible`` with ``beam_size`` 1: greedy search; see the module docstring).
 
@@ -103,6 +104,8 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
     step = model_step_fn(model)
     if banned_ids:
         step = ExcludeTokensStep(step, banned_ids, renormalize=False)
+    if not grow_cache:
+        step = OneSegmentStep(step)
     if hf_compatible and beam_size == 1:
         return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
                              max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos)
@@ -111,6 +114,25 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
                        length_offset=length_offset, n_best=n_best,
                        max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos,
                        hf_finish=hf_compatible)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneSegmentStep:
+    """``step_fn`` without its ``resize_cache`` hook: the search keeps the cache at its full
+    length from the first step (one segment, one compiled copy of the step) instead of growing
+    it (``contract.segment_lengths``)."""
+
+    step_fn: Any
+
+    def __call__(self, params: PyTree, cache: PyTree, tokens: jax.Array):
+        return self.step_fn(params, cache, tokens)
+
+    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
+        hook = getattr(self.step_fn, "beam_cache", None)
+        return hook(params, cache, beam_size) if callable(hook) else None
+
+    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
+        return self.step_fn.reorder_beams(params, cache, parent)
 
 
 class Translator:
@@ -142,6 +164,8 @@ class Translator:
       forced_eos: the token that reaches the output cap is EOS.
       hf_compatible: search as transformers' ``generate`` (see the module docstring).
       quantize: None, or "int8" (int8 weights, see the module docstring).
+      grow_cache: False keeps the decoding cache at its full length from the first step (one
+        segment, ``OneSegmentStep``) instead of growing it in segments.
     """
 
     def __init__(self, model: Seq2SeqModel, src_tokenizer: Tokenizer,
@@ -152,7 +176,7 @@ class Translator:
                  src_append_eos: bool = False, on_long_source: str = "truncate",
                  max_source_length: int | None = None, banned_ids: Sequence[int] = (),
                  forced_eos: bool = False, hf_compatible: bool = False,
-                 quantize: str | None = None) -> None:
+                 quantize: str | None = None, grow_cache: bool = True) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
@@ -183,6 +207,7 @@ class Translator:
         self.batch_size, self.bucket_round_to = batch_size, bucket_round_to
         self.batch_tokens = batch_tokens
         self.quantize = quantize
+        self.grow_cache = bool(grow_cache)
         self._quantized: tuple[PyTree, PyTree] | None = None   # (params given, int8 params)
         self.src_append_eos = src_append_eos
         self.banned_ids = tuple(sorted({int(i) for i in banned_ids}))
@@ -332,7 +357,7 @@ class Translator:
             jnp.float32(self.alpha), jnp.float32(self.length_offset), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
-            hf_compatible=self.hf_compatible)
+            hf_compatible=self.hf_compatible, grow_cache=self.grow_cache)
         tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
         hypotheses = []
         for row in range(len(group)):
