@@ -138,7 +138,7 @@ def main() -> None:
                "file_mib": round(text.stat().st_size / 2**20, 1)}
     for case in CASES:
         if case in results:
-            summary[f"{case}_s"] = round(results[case]["seconds"], 4)
+            summary[f"{case}_s"] = round(results[case]["seconds"], 6)
     summary["textkit_peak_rss_mib"] = round(results["textkit_text"]["peak_rss_mib"], 1)
     summary["textkit_cached_peak_rss_mib"] = round(results["textkit_cached"]["peak_rss_mib"], 1)
     if "gensim_text" in results:
