@@ -121,17 +121,14 @@ def textkit_epoch(checkpoint: Path, train: Path, max_length: int, batch_tokens: 
             "tokens_per_s": summary["tokens_per_s"]}
 
 
-class Peer:
-    """transformers' Trainer in its own process (``hf_finetune.py``)."""
-
-    @staticmethod
-    def epoch(python: str, spec: dict[str, Any]) -> dict[str, Any]:
-        result = subprocess.run([python, str(Path(__file__).with_name("hf_finetune.py"))],
-                                input=json.dumps(spec), capture_output=True, text=True)
-        lines = result.stdout.strip().splitlines()
-        if result.returncode or not lines:
-            return {"error": (result.stderr or result.stdout).strip().splitlines()[-1:]}
-        return json.loads(lines[-1])
+def peer_epoch(python: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """One epoch of transformers' Trainer in its own process (``hf_finetune.py``)."""
+    result = subprocess.run([python, str(Path(__file__).with_name("hf_finetune.py"))],
+                            input=json.dumps(spec), capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode or not lines:
+        return {"error": (result.stderr or result.stdout).strip().splitlines()[-1:]}
+    return json.loads(lines[-1])
 
 
 def main() -> None:
@@ -173,7 +170,7 @@ def main() -> None:
                                               args.num_buckets, workdir / "run"))
                     print(f"round {round_}: textkit {mine[-1]}", flush=True)
                 elif skipped is None:
-                    result = Peer.epoch(args.peer_python or sys.executable, spec)
+                    result = peer_epoch(args.peer_python or sys.executable, spec)
                     if "error" in result:
                         skipped = f"transformers side failed: {result['error']}"
                     else:

@@ -317,3 +317,18 @@ def test_encoder_batchify_pads_to_the_bucket_shape():
     tokens = [{"input_ids": np.array([1, 2]), "labels": np.array([-100, 3])}]
     batch = EncoderBatchify(1, with_token_types=False)(tokens, BatchShape(1, (3,)))
     assert batch["labels"].tolist() == [[-100, 3, -100]] and "token_type_ids" not in batch
+
+
+def test_classification_scores_on_hand_made_cases():
+    from textkit.tasks.text_classification import classification_scores
+    gold = np.array([1, 1, 1, 0, 0, 0])
+    predicted = np.array([1, 1, 0, 1, 0, 0])       # tp 2, fp 1, fn 1, tn 2
+    scores = classification_scores(predicted, gold, regression=False, num_labels=2)
+    assert scores["accuracy"] == pytest.approx(4 / 6) and scores["f1"] == pytest.approx(2 / 3)
+    assert scores["mcc"] == pytest.approx((2 * 2 - 1 * 1) / 9)   # sqrt(3 * 3 * 3 * 3) = 9
+    regression = classification_scores(np.array([1.0, 2.0, 2.0, 5.0]),
+                                        np.array([2.0, 3.0, 3.0, 4.0]), regression=True,
+                                        num_labels=1)
+    assert regression["spearman"] == pytest.approx(1.0)            # same order, ties shared
+    assert regression["pearson"] == pytest.approx(4 / 18 ** 0.5)  # cov 4, variances 9 and 2
+    assert regression["mse"] == pytest.approx((1 + 1 + 1 + 1) / 4)

@@ -65,8 +65,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, architecture: str,
 
     roberta = architecture in ("roberta", "xlm-roberta")
     specials = _SPECIALS["roberta" if roberta else "bert"]
-    pad, unk, cls, sep, _ = (specials[1], specials[3], specials[0], specials[2], specials[4]) \
-        if roberta else specials
+    pad, unk, cls, sep = (specials[i] for i in ((1, 3, 0, 2) if roberta else (0, 1, 2, 3)))
     tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -82,6 +81,14 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, architecture: str,
         single=f"{cls} $A {sep}", pair=pair, special_tokens=list(ids.items()))
     return EncoderTokenizer(tokenizer, pad_token=pad, with_token_types=architecture in (
         "bert", "electra"))
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The arrays of an encoder batch that the model takes (``MODEL_INPUTS`` it has)."""
+    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
 
 
 # ---------------------------------------------------------------------------------- optimizer
@@ -125,10 +132,9 @@ def adamw(params: Params, *, learning_rate: float, total_steps: int, warmup: flo
     ``layer_decay ** (num_layers + 1 - d)``; dynamic loss scaling by ``policy``."""
     warmup_steps = int(round(warmup * total_steps))
     schedule = optax.join_schedules([
-        optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1)),
+        optax.linear_schedule(0.0, learning_rate, warmup_steps),
         optax.linear_schedule(learning_rate, 0.0, max(total_steps - warmup_steps, 1))],
-        [max(warmup_steps, 1)]) if warmup_steps else optax.linear_schedule(
-        learning_rate, 0.0, max(total_steps, 1))
+        [warmup_steps])
     parts = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
     parts.append(optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=weight_decay,
                              mask=_decays))
@@ -384,17 +390,11 @@ class EncoderTask(Task):
         """``(batch, outputs)`` per batch: the head's float32 outputs (inference mode, one
         compiled program per bucket shape) beside the batch's numpy arrays."""
         if id(model) not in self._predict_fns:
-            names = ("input_ids", "attention_mask", "token_type_ids")
-
-            def forward(params, batch):
-                return model.apply({"params": params},
-                                   **{k: batch[k] for k in names if k in batch})
-            self._predict_fns[id(model)] = jax.jit(forward)
+            self._predict_fns[id(model)] = jax.jit(
+                lambda params, inputs: model.apply({"params": params}, **inputs))
         forward = self._predict_fns[id(model)]
         for batch in loader:
-            outputs = forward(params, {k: v for k, v in batch.items()
-                                       if k in ("input_ids", "attention_mask",
-                                                "token_type_ids")})
+            outputs = forward(params, model_inputs(batch))
             yield batch, {k: np.asarray(v, np.float32) for k, v in outputs.items()
                           if k != "hidden_states"}
 

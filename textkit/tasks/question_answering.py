@@ -29,7 +29,7 @@ from textkit.data.toy_spans import toy_questions
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
-from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig
+from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig, model_inputs
 from textkit.training.losses import cross_entropy
 from textkit.training.run_dir import RunDir
 
@@ -66,13 +66,10 @@ def gold_span(window: Window, answer_start: int, answer_end: int) -> tuple[int, 
 def make_features(questions: Sequence[Question], tokenizer: Any, *, max_length: int,
                   doc_stride: int, max_query_length: int) -> list[Feature]:
     """The windows of every question (module docstring), in question order."""
-    texts = []
-    for q in questions:
-        encoding = tokenizer.tokenizer.encode(q.question, add_special_tokens=False)
-        text = q.question
-        if len(encoding.ids) > max_query_length:
-            text = q.question[:encoding.offsets[max_query_length - 1][1]]
-        texts.append(text)
+    texts = [q.question if len(e.ids) <= max_query_length
+             else q.question[:e.offsets[max_query_length - 1][1]]
+             for q, e in zip(questions, tokenizer.tokenizer.encode_batch(
+                 [q.question for q in questions], add_special_tokens=False))]
     encodings = tokenizer.encodings(texts, [q.context for q in questions], max_length,
                                     truncation="only_second", stride=doc_stride)
     features = []
@@ -177,10 +174,8 @@ class QuestionAnsweringTask(EncoderTask):
     def make_loss(self, model: Any) -> LossFn:
         def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
             rngs = None if rng is None else {"dropout": rng}
-            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
-                      if k in batch}
-            out = model.apply({"params": params}, **inputs, deterministic=rng is None,
-                              rngs=rngs)
+            out = model.apply({"params": params}, **model_inputs(batch),
+                               deterministic=rng is None, rngs=rngs)
             valid = batch["attention_mask"] > 0                                   # [B, T]
             weights = batch["weights"]                                            # [B]
             start_sum, count = cross_entropy(jnp.where(valid, out["start_logits"], -1e9),

@@ -29,7 +29,7 @@ from textkit.data.labelled_text import TextExamples, label_set, read_labelled
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
-from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig
+from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig, model_inputs
 from textkit.training.losses import cross_entropy
 from textkit.training.run_dir import RunDir
 
@@ -49,9 +49,7 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    denominator = np.sqrt((a * a).sum() * (b * b).sum())
-    return float((a * b).sum() / denominator) if denominator else 0.0
+    return float(np.corrcoef(a, b)[0, 1]) if a.std() and b.std() else 0.0
 
 
 def classification_scores(predicted: np.ndarray, gold: np.ndarray, *, regression: bool,
@@ -178,10 +176,8 @@ class TextClassificationTask(EncoderTask):
 
         def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
             rngs = None if rng is None else {"dropout": rng}
-            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
-                      if k in batch}
-            logits = model.apply({"params": params}, **inputs, deterministic=rng is None,
-                                 rngs=rngs)["logits"]                         # [B, C] float32
+            logits = model.apply({"params": params}, **model_inputs(batch),
+                                  deterministic=rng is None, rngs=rngs)["logits"]  # [B, C]
             weights = batch["weights"]                                        # [B]
             tokens = jnp.sum(batch["attention_mask"] * weights[:, None])
             if regression:

@@ -32,7 +32,7 @@ from textkit.data.toy_spans import toy_entities
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
-from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig
+from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig, model_inputs
 from textkit.training.losses import cross_entropy
 from textkit.training.run_dir import RunDir
 
@@ -66,6 +66,7 @@ class TokenClassificationTask(EncoderTask):
                  log: Callable[[str], None] | None = None):
         super().__init__(config, run, log)
         self.tags: list[str] = []
+        self._words: tuple[Any, list[Any]] = (None, [])
 
     # -------------------------------------------------------------------------------- data
     def read_file(self, path: str) -> list[TaggedSentence]:
@@ -91,11 +92,18 @@ class TokenClassificationTask(EncoderTask):
         self.log(f"{self.data_name}: " + ", ".join(
             f"{s} {len(v):,}" for s, v in data.items()) + f" sentences; tags {self.tags}")
 
+    def word_encodings(self, data: list[TaggedSentence]) -> list[Any]:
+        """The tokenizer's encodings of the sentences' words (``word_ids`` map tokens back),
+        made once per split object."""
+        if self._words[0] is not data:
+            self._words = (data, self.tokenizer.encodings(
+                [s.tokens for s in data], max_length=self.config.max_length,
+                is_pretokenized=True))
+        return self._words[1]
+
     def encode(self, data: list[TaggedSentence]) -> list[dict[str, Any]]:
         ids = {t: i for i, t in enumerate(self.tags)}
-        encodings = self.tokenizer.encodings([s.tokens for s in data],
-                                             max_length=self.config.max_length,
-                                             is_pretokenized=True)
+        encodings = self.word_encodings(data)
         return [{"input_ids": np.asarray(e.ids, np.int32),
                  "token_type_ids": np.asarray(e.type_ids, np.int32),
                  "labels": align_labels(e.word_ids, [ids.get(t, 0) for t in s.tags]),
@@ -106,10 +114,8 @@ class TokenClassificationTask(EncoderTask):
     def make_loss(self, model: Any) -> LossFn:
         def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
             rngs = None if rng is None else {"dropout": rng}
-            inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
-                      if k in batch}
-            logits = model.apply({"params": params}, **inputs, deterministic=rng is None,
-                                 rngs=rngs)["logits"]                       # [B, T, C]
+            logits = model.apply({"params": params}, **model_inputs(batch),
+                                  deterministic=rng is None, rngs=rngs)["logits"]  # [B, T, C]
             labels = batch["labels"]                                        # [B, T]
             weights = (labels != IGNORE_LABEL) * batch["weights"][:, None]  # [B, T]
             loss_sum, count = cross_entropy(logits, jnp.maximum(labels, 0), weights)
@@ -123,9 +129,7 @@ class TokenClassificationTask(EncoderTask):
     def predict(self, model: Any, params: Params,
                 data: list[TaggedSentence]) -> list[list[str]]:
         """The predicted tag of every word of every sentence."""
-        encodings = self.tokenizer.encodings([s.tokens for s in data],
-                                             max_length=self.config.max_length,
-                                             is_pretokenized=True)
+        encodings = self.word_encodings(data)
         predicted: list[list[str]] = [[] for _ in data]
         for batch, outputs in self.predictions(model, params,
                                                self.make_loader(data, train=False)):
