@@ -1,13 +1,15 @@
 """Where a decoding step's time goes: XLA:CPU's per-instruction trace of one compiled search.
 
-Runs ``decode.py``'s synthetic case (``transformer_base``, 32 sources x 24 tokens, 32 forced
-steps) for a mode (``beam4``, ``greedy``, ``beam4_int8``) under ``jax.profiler.trace``, reads the
+Runs one of ``decode.py``'s cases (``--case synthetic``: ``transformer_base``; ``marian``: the
+OPUS-MT en-de shape with its 58,101-entry vocabulary; 32 sources x 24 tokens, 32 forced steps)
+for a mode (``decode.MODES``) under ``jax.profiler.trace``, reads the
 Perfetto trace back, and sums each instruction's time; instructions are grouped by what they
 do, read from the optimized HLO (matmul, attention product, top-k, cache gather, cache write,
 copy, other). Figures are milliseconds per generated step (total / runs / 32). The last
 output line is one JSON object (``ms_per_step``, ``by_kind``, ``top``, ``cpu``).
 
     python benchmarks/decode_profile.py --mode beam4
+    python benchmarks/decode_profile.py --case marian --mode beam4_int8
 """
 
 from __future__ import annotations
@@ -24,7 +26,17 @@ from pathlib import Path
 import jax
 import numpy as np
 from cpu_info import cpu_info
-from decode import BATCH, SRC_LEN, STEPS, compile_search, mode_params, synthetic_case
+from decode import (
+    BATCH,
+    MODES,
+    SRC_LEN,
+    STEPS,
+    compile_search,
+    marian_case,
+    mode_params,
+    synthetic_case,
+    write_marian_checkpoint,
+)
 
 INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\([^=]*?\)|\S+) (\w[\w\-]*)\(", re.M)
@@ -88,7 +100,8 @@ def trace_events(directory: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=["beam4", "greedy", "beam4_int8"], default="beam4")
+    parser.add_argument("--case", choices=["synthetic", "marian"], default="synthetic")
+    parser.add_argument("--mode", choices=MODES, default="beam4")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gather", action="store_true",
                         help="the search without the beam hooks: tiled cache gathered every "
@@ -98,7 +111,9 @@ def main() -> None:
     args = parser.parse_args()
     machine = cpu_info()
     print(f"cpu: {machine['cpu']}; has {machine['features']}", flush=True)
-    case = synthetic_case(args.quick, "float32")
+    with tempfile.TemporaryDirectory() as tmp:
+        case = (marian_case(write_marian_checkpoint(Path(tmp), args.quick), "float32")
+                if args.case == "marian" else synthetic_case(args.quick, "float32"))
     src = jax.numpy.asarray(np.random.default_rng(0).integers(
         4, 990 if args.quick else 32000, size=(BATCH, SRC_LEN)), np.int32)
     compiled, _ = compile_search(case, args.mode, src, gather=args.gather)
@@ -132,7 +147,8 @@ def main() -> None:
     for name, kind, ms in top:
         print(f"    {ms:8.3f} ms/step  {name} ({kind})")
     ms_per_step = round(wall / args.runs * 1e3 / STEPS, 2)
-    print(json.dumps({"mode": args.mode, "gather": args.gather, "quick": args.quick,
+    print(json.dumps({"case": args.case, "mode": args.mode, "gather": args.gather,
+                      "quick": args.quick,
                       "ms_per_step": ms_per_step, "traced_ms_per_step": round(total, 3),
                       "by_kind": {k: round(v * per_step, 3) for k, v in by_group.items()},
                       "top": top, "cpu": machine}))

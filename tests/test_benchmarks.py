@@ -76,11 +76,13 @@ def test_decode_benchmark_every_mode_without_a_peer(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [["--mode", "beam4_int8"], ["--mode", "greedy", "--gather"]])
+@pytest.mark.parametrize("options", [["--mode", "beam4_int8"], ["--mode", "greedy", "--gather"],
+                                     ["--mode", "greedy_int8", "--case", "marian"]])
 def test_decode_profile_quick(tmp_path, options):
     result = last_json([str(BENCHMARKS / "decode_profile.py"), "--quick", "--runs", "1",
                         *options], tmp_path)
     assert result["mode"] == options[1] and result["gather"] == ("--gather" in options)
+    assert result["case"] == ("marian" if "marian" in options else "synthetic")
     kinds = result["by_kind"]
     assert "matmul" in kinds and "top-k / argmax" in kinds
     # the groups add up to the traced total; the top list names instructions of those groups

@@ -168,13 +168,13 @@ def test_one_cache_segment_decodes_the_same_with_one_cache_length(tiny_transform
     rng = np.random.default_rng(5)
     sources = [rng.integers(4, 24, size=n).tolist() for n in (7, 2, 13)]
     lengths = {True: set(), False: set()}
-    original = Transformer.decode_step
+    original = Transformer._decode_hidden   # (both decode_step and decode_step_logits_t)
 
     def recording(self, cache, tokens):
         lengths[current].add(cache["layers"][0]["self"]["value"].shape[-2])
         return original(self, cache, tokens)
 
-    monkeypatch.setattr(Transformer, "decode_step", recording)
+    monkeypatch.setattr(Transformer, "_decode_hidden", recording)
     outputs = {}
     for current in (True, False):
         translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=beam_size,
@@ -183,3 +183,22 @@ def test_one_cache_segment_decodes_the_same_with_one_cache_length(tiny_transform
     assert outputs[True] == outputs[False] and any(outputs[True])
     assert lengths[False] == {40} and lengths[True] == set(segment_lengths(40)) != {40}
     assert not hasattr(OneSegmentStep(model_step_fn(model)), "resize_cache")
+
+
+def test_warm_up_compiles_every_shape_a_request_meets(tiny_transformer):
+    """After ``warm_up`` a request of any length up to the bound, alone or in a pair, runs a
+    program already compiled (no new batch shape), and the outputs are the usual ones."""
+    model, params = tiny_transformer
+    translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=6,
+                            bucket_round_to=8, src_append_eos=True)
+    assert translator.warm_up(params, max_source_length=16, rows=(1, 2)) == 4
+    warm = set(translator.compiled_shapes)
+    assert {(rows, length) for rows, length, _ in warm} == {(1, 8), (2, 8), (1, 16), (2, 16)}
+    sources = [[5, 6, 7], list(range(4, 19)), [9] * 7]
+    first = translator.translate_ids(params, sources[:1])
+    pair = translator.translate_ids(params, sources[1:])
+    assert translator.compiled_shapes == warm
+    cold = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=6,
+                      bucket_round_to=8, src_append_eos=True)
+    assert cold.translate_ids(params, sources[:1]) == first
+    assert cold.translate_ids(params, sources[1:]) == pair

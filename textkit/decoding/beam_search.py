@@ -57,6 +57,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from textkit.decoding.contract import (
+    Candidates,
     DecodeOutput,
     PyTree,
     StepFn,
@@ -71,8 +72,8 @@ from textkit.decoding.contract import (
     reorder_beams,
     segment_lengths,
     start_token_array,
+    step_candidates,
 )
-from textkit.decoding.top_k import top_k
 
 NEG_INF = float("-inf")
 
@@ -133,13 +134,14 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
     check_max_length(max_length)
     batch = batch_size_of(cache)
     start = start_token_array(start_tokens, batch)
-    check_decoding(step_fn, params, cache, start_tokens, start, max_length=max_length,
-                   eos_id=eos_id, pad_id=pad_id)
+    vocab = check_decoding(step_fn, params, cache, start_tokens, start,
+                           max_length=max_length, eos_id=eos_id, pad_id=pad_id)
     return _beam_search(
         step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha),
         jnp.float32(length_offset),
-        jnp.int32(min_length), beam_size=beam_size, max_length=max_length, eos_id=eos_id,
+        jnp.int32(min_length), beam_size=beam_size, width=min(beam_size, vocab),
+        max_length=max_length, eos_id=eos_id,
         n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish,
         fresh=may_grow(step_fn, start_tokens))
 
@@ -182,30 +184,33 @@ class _Search(NamedTuple):
 
 
 def _select(search: _Search, state: _BeamState,
-            log_probs: jax.Array) -> tuple[_BeamState, jax.Array]:
-    """The search after one step's log_probs [B, K, V]: the new state (its cache not yet
-    moved) and the parent beam int32[B, K] of each new alive hypothesis."""
-    batch, beams, vocab = log_probs.shape
+            top: Candidates) -> tuple[_BeamState, jax.Array]:
+    """The search after one step: ``top`` holds each alive hypothesis' W best extensions by a
+    token other than EOS (values / ids [B, K, W], W = min(K, V)) and its EOS log-prob (kept
+    [B, K, 1]). Returns the new state (its cache not yet moved) and the parent beam int32[B, K]
+    of each new alive hypothesis."""
+    batch, beams, width = top.values.shape
     eos_id, caps = search.eos_id, search.caps
     positions = jnp.arange(search.max_length, dtype=jnp.int32)                  # [L]
     new_length = state.step + 1                                                 # []
     lp_now = length_penalty(new_length, search.alpha, search.length_offset)  # []
-    log_probs = log_probs.astype(jnp.float32)                                   # [B, K, V]
-    if search.forced_eos:
-        log_probs = force_eos(log_probs, new_length >= caps, eos_id)             # [B, K, V]
+    values, eos_lp = top.values, top.kept[:, :, 0]                              # [B, K, W], [B, K]
+    if search.forced_eos:   # at the cap only EOS (log-prob 0), as ``force_eos``
+        forced = (new_length >= caps)[:, None]                                  # [B, 1]
+        values = jnp.where(forced[:, :, None], NEG_INF, values)
+        eos_lp = jnp.where(forced, 0.0, eos_lp)
     # Finishing with EOS: one candidate per alive hypothesis.
-    eos_logp = state.alive_logp + log_probs[:, :, eos_id]                       # [B, K]
+    eos_logp = state.alive_logp + eos_lp                                        # [B, K]
     eos_logp = jnp.where(new_length >= search.min_length, eos_logp, NEG_INF)    # [B, K]
     write = positions == state.step                                             # [L]
     eos_tokens = jnp.where(write, eos_id, state.alive_tokens)                   # [B, K, L]
-    # Going on: best K extensions by any token but EOS (exact top-k through chunk maxima).
-    # (A select rather than ``.at[eos].set``: it fuses into the top-k's reductions instead of
-    # materialising a copy of the [B, K, V] candidates.)
-    not_eos = jnp.arange(vocab) != eos_id                                       # [V]
-    go_on = jnp.where(not_eos, state.alive_logp[:, :, None] + log_probs, NEG_INF)
-    top_logp, top_index = top_k(go_on.reshape(batch, beams * vocab), beams)     # [B, K]
-    parent = top_index // vocab                                                 # [B, K]
-    token = (top_index % vocab).astype(jnp.int32)                               # [B, K]
+    # Going on: the K best of the K x W extensions by any token but EOS. They are the K best
+    # of all K x V (each lies among its own hypothesis' W best); ties keep the lower
+    # hypothesis, then the lower token, as a top-K over the flat K x V does.
+    go_on = (state.alive_logp[:, :, None] + values).reshape(batch, beams * width)
+    top_logp, choice = lax.top_k(go_on, beams)                                  # [B, K]
+    parent = choice // width                                                    # [B, K]
+    token = jnp.take_along_axis(top.ids.reshape(batch, beams * width), choice, axis=1)
     top_tokens = jnp.where(write, token[:, :, None],
                            _take_beams(state.alive_tokens, parent))             # [B, K, L]
     at_cap = (new_length >= caps)[:, None]                                      # [B, 1]
@@ -238,15 +243,16 @@ def _select(search: _Search, state: _BeamState,
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "step_fn", "beam_size", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
+    "step_fn", "beam_size", "width", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
     "hf_finish", "fresh"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
-                 beam_size: int,
+                 beam_size: int, width: int,
                  max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
                  hf_finish: bool, fresh: bool) -> DecodeOutput:
-    """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``fresh``:
-    the cache holds nothing decoded yet (it grows in segments)."""
+    """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``width``:
+    the candidates kept per hypothesis and step, min(K, V); ``fresh``: the cache holds nothing
+    decoded yet (it grows in segments)."""
     batch, beams = caps.shape[0], beam_size
     # lp_cap: the largest length penalty any still-alive hypothesis of a row can end with.
     search = _Search(caps, alpha, length_offset, min_length,
@@ -254,9 +260,11 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
                      max_length, eos_id, n_best, forced_eos, hf_finish)
 
     def expand(state: _BeamState) -> _BeamState:
-        log_probs, new_cache = step_fn(
-            params, state.cache, state.last_tokens.reshape(batch * beams))      # [B*K, V]
-        new_state, parent = _select(search, state, log_probs.reshape(batch, beams, -1))
+        top, new_cache = step_candidates(
+            step_fn, params, state.cache, state.last_tokens.reshape(batch * beams), width,
+            (eos_id,))                                                          # [B*K, W]
+        new_state, parent = _select(search, state, Candidates(
+            *(x.reshape(batch, beams, -1) for x in top)))                       # [B, K, W]
         return new_state._replace(cache=reorder_beams(
             step_fn, params, new_cache, state.cache, parent, in_place))
 
@@ -265,7 +273,8 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     if first_cache is None:   # not fresh, or a step function whose model cannot resize
         lengths, first_cache = (max_length,), cache
     # Step 0 on the B rows: every hypothesis of a row starts from the same prefix.
-    log_probs, first_cache = step_fn(params, first_cache, start)                # [B, V]
+    top, first_cache = step_candidates(step_fn, params, first_cache, start, width,
+                                       (eos_id,))                               # [B, W]
     first_beam_only = jnp.where(jnp.arange(beams) == 0, 0.0, NEG_INF)           # [K]
     state, _ = _select(search, _BeamState(
         step=jnp.zeros((), jnp.int32),
@@ -276,7 +285,7 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         finished_tokens=jnp.full((batch, beams, max_length), pad_id, jnp.int32),
         finished_scores=jnp.full((batch, beams), NEG_INF, jnp.float32),         # [B, K]
         finished_lengths=jnp.zeros((batch, beams), jnp.int32),                  # [B, K]
-    ), jnp.broadcast_to(log_probs[:, None], (batch, beams, log_probs.shape[-1])))
+    ), Candidates(*(jnp.broadcast_to(x[:, None], (batch, beams, x.shape[-1])) for x in top)))
     # The K copies of a row are identical, so the first step's parents need no reordering.
     beam_cache, in_place = expand_beams(step_fn, params, first_cache, beams)     # B*K hyps
     state = state._replace(cache=beam_cache)

@@ -47,6 +47,13 @@ the cache per step (``expand_beams``, ``reorder_beams``), and decoders starting 
 cache let it grow with the output (``segment_lengths``, ``grown_cache``). A step function without
 them gets the tiled cache and the per-step gather.
 
+Candidates hook (optional): ``top_k_step(params, cache, tokens, k, exclude) -> (Candidates,
+cache)``, what ``candidates(log_probs, k, exclude)`` gives of the step's log-probs, computed
+without forming them (None: not supported). ``ModelStep`` has it for models that define
+``decode_step_logits_t`` (the step's logits as [V, N], as the Transformer does). Beam search and
+greedy search keep only that much of each step (``step_candidates``); sampling needs the whole
+distribution.
+
 Every decoder checks its arguments the same way before it runs (``check_decoding``):
 ``max_length`` >= 1, and ``eos_id``, ``pad_id`` and the start tokens inside the vocabulary
 (``0 <= id < V``, V read from the step function's log-probs), each a ``ValueError`` naming the
@@ -65,6 +72,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from textkit.decoding.top_k import top_k, top_k_log_softmax
 
 PyTree = Any
 """A JAX pytree: parameters, caches and recurrent states are opaque to the decoders."""
@@ -133,6 +142,41 @@ class DecodeOutput(NamedTuple):
     lengths: jax.Array
 
 
+class Candidates(NamedTuple):
+    """The k most likely next tokens of N rows besides some ids given apart: ``values``
+    float32[N, k] (log-probs, best first; ties lower id first, as ``lax.top_k``), ``ids``
+    int32[N, k], and ``kept`` float32[N, E], the log-probs at the E ids set apart."""
+
+    values: jax.Array
+    ids: jax.Array
+    kept: jax.Array
+
+
+def candidates(log_probs: jax.Array, k: int, exclude: tuple[int, ...] = ()) -> Candidates:
+    """``Candidates`` of log_probs float32[N, V]: the k best ids not in ``exclude``, and the
+    log-probs at ``exclude``."""
+    log_probs = log_probs.astype(jnp.float32)
+    kept = log_probs[:, np.asarray(exclude, np.int32)]                          # [N, E]
+    if exclude:
+        allowed = np.ones(log_probs.shape[-1], bool)
+        allowed[list(exclude)] = False
+        log_probs = jnp.where(allowed, log_probs, -jnp.inf)
+    values, ids = top_k(log_probs, k)                                           # [N, k]
+    return Candidates(values, ids, kept)
+
+
+def step_candidates(step_fn: StepFn, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                    exclude: tuple[int, ...] = ()) -> tuple[Candidates, PyTree]:
+    """One step of ``step_fn`` reduced to ``Candidates`` [N, k] (its ``top_k_step`` hook when
+    it has one, else ``candidates`` of its log-probs) and the new cache."""
+    hook = getattr(step_fn, "top_k_step", None)
+    found = hook(params, cache, tokens, k, exclude) if callable(hook) else None
+    if found is not None:
+        return found
+    log_probs, cache = step_fn(params, cache, tokens)
+    return candidates(log_probs, k, exclude), cache
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelStep:
     """``step_fn`` of a flax module with a ``decode_step(cache, tokens)`` method.
@@ -163,6 +207,16 @@ class ModelStep:
     def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
         """The model's ``resize_cache`` (None when it has none)."""
         return self._hook("resize_cache", params, cache, length)
+
+    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
+        """``Candidates`` of the model's ``decode_step_logits_t`` (logits float32[V, N], see
+        ``top_k.top_k_log_softmax``) and the new cache; None when it has no such method."""
+        found = self._hook("decode_step_logits_t", params, cache, tokens)
+        if found is None:
+            return None
+        logits_t, cache = found
+        return Candidates(*top_k_log_softmax(logits_t, k, tuple(exclude))), cache
 
 
 def model_step_fn(model: StepModel) -> ModelStep:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from textkit.decoding.contract import PyTree, StepFn, grown_cache
+from textkit.decoding.contract import Candidates, PyTree, StepFn, grown_cache
 
 NEG_INF = float("-inf")
 
@@ -57,6 +57,25 @@ class ExcludeTokensStep:
         if not self.renormalize:
             return log_probs, cache
         return jax.nn.log_softmax(log_probs, axis=-1), cache
+
+    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
+        """The wrapped step function's candidates hook with ``excluded_ids`` set apart too
+        (None when it has none): their log-probs -inf, the others renormalised over what is
+        left unless ``renormalize=False``."""
+        hook = getattr(self.step_fn, "top_k_step", None)
+        found = hook(params, cache, tokens, k, (*exclude, *self.excluded_ids)) \
+            if callable(hook) else None
+        if found is None:
+            return None
+        (values, ids, kept), cache = found
+        kept, own = kept[:, :len(exclude)], kept[:, len(exclude):]             # [N, E], [N, X]
+        if self.renormalize:   # log(1 - mass of the excluded ids), subtracted from the rest
+            rest = jnp.log1p(-jnp.exp(jax.nn.logsumexp(own, axis=1, keepdims=True)))  # [N, 1]
+            values, kept = values - rest, kept - rest
+        banned = np.isin(np.asarray(exclude, np.int64), self.excluded_ids)
+        kept = jnp.where(banned, NEG_INF, kept)
+        return Candidates(values, ids, kept), cache
 
     # The beam hooks of the wrapped step function (decoding contract), passed through.
     def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:

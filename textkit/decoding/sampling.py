@@ -32,9 +32,9 @@ from textkit.decoding.contract import (
     repeat_cache,
     segment_lengths,
     start_token_array,
+    step_candidates,
 )
 from textkit.decoding.filters import NEG_INF, top_k_top_p
-from textkit.decoding.top_k import top_k
 
 ChooseFn = Callable[[jax.Array, jax.Array], jax.Array]   # (log_probs [N, V], key) -> int32[N]
 
@@ -50,17 +50,32 @@ class _RowState(NamedTuple):
 
 
 def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
-                 choose: ChooseFn, key: jax.Array, *, max_length: int, eos_id: int,
+                 choose: ChooseFn | None, key: jax.Array, *, max_length: int, eos_id: int,
                  pad_id: int, min_length: jax.Array, forced_eos: bool = False,
                  fresh: bool = False) -> _RowState:
-    """Extend N rows with ``choose(log_probs, key_of_step)`` until EOS or their cap (with
-    ``forced_eos`` the token at the cap is EOS, see ``beam_search``; ``fresh``: an empty cache
-    that may grow in segments, see ``beam_search``)."""
+    """Extend N rows with ``choose(log_probs, key_of_step)`` (None: the argmax, read from the
+    step's candidates) until EOS or their cap (with ``forced_eos`` the token at the cap is EOS,
+    see ``beam_search``; ``fresh``: an empty cache that may grow in segments, see
+    ``beam_search``)."""
     rows = start.shape[0]
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
 
-    def extend(state: _RowState) -> _RowState:
-        new_length = state.step + 1                                             # []
+    def argmax_step(state: _RowState, new_length: jax.Array):
+        """(token int32[N], its log-prob float32[N], cache): the first largest log-prob,
+        from the step's best non-EOS candidate and the EOS log-prob (``step_candidates``)."""
+        top, cache = step_candidates(step_fn, params, state.cache, state.last_tokens, 1,
+                                     (eos_id,))
+        best, best_id, eos_lp = top.values[:, 0], top.ids[:, 0], top.kept[:, 0]  # [N] each
+        eos_lp = jnp.where(new_length >= min_length, eos_lp, NEG_INF)
+        if forced_eos:   # at the cap only EOS (log-prob 0), as ``force_eos``
+            at_cap = new_length >= caps                                         # [N]
+            best, eos_lp = jnp.where(at_cap, NEG_INF, best), jnp.where(at_cap, 0.0, eos_lp)
+        take_eos = (eos_lp > best) | ((eos_lp == best) & (eos_id < best_id))   # [N]
+        return (jnp.where(take_eos, eos_id, best_id), jnp.where(take_eos, eos_lp, best),
+                cache)
+
+    def sample_step(state: _RowState, new_length: jax.Array):
+        """(token int32[N], its log-prob float32[N], cache) drawn by ``choose``."""
         log_probs, cache = step_fn(params, state.cache, state.last_tokens)      # [N, V]
         log_probs = log_probs.astype(jnp.float32)
         log_probs = jnp.where(new_length >= min_length, log_probs,
@@ -68,8 +83,13 @@ def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         if forced_eos:
             log_probs = force_eos(log_probs, new_length >= caps, eos_id)         # [N, V]
         token = choose(log_probs, jax.random.fold_in(key, state.step))          # [N]
+        return token, jnp.take_along_axis(log_probs, token[:, None], 1)[:, 0], cache
+
+    def extend(state: _RowState) -> _RowState:
+        new_length = state.step + 1                                             # []
+        token, token_logp, cache = (argmax_step if choose is None else sample_step)(
+            state, new_length)                                                  # [N], [N]
         token = jnp.where(state.running, token, pad_id).astype(jnp.int32)       # [N]
-        token_logp = jnp.take_along_axis(log_probs, token[:, None], 1)[:, 0]    # [N]
         return _RowState(
             step=new_length,
             cache=cache,
@@ -99,13 +119,6 @@ def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         state = lax.while_loop(
             lambda s, length=length: (s.step < length) & jnp.any(s.running), extend, state)
     return state
-
-
-def _argmax(log_probs: jax.Array, key: jax.Array) -> jax.Array:
-    """First index of the largest log-prob per row, int32[N] (``jnp.argmax``'s answer, through
-    the chunked ``top_k``: XLA:CPU's argmax reduction is many times slower over a vocabulary)."""
-    del key
-    return top_k(log_probs, 1)[1][:, 0]
 
 
 def _checked_start(step_fn: StepFn, params: PyTree, cache: PyTree,
@@ -196,7 +209,7 @@ def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, ca
     ``num_samples`` copies of each row: start int32[B], caps int32[B]; ``fresh``: an empty
     cache (it may grow in segments)."""
     batch = caps.shape[0]
-    choose = _argmax if sampling is None else _sampler(*sampling)
+    choose = None if sampling is None else _sampler(*sampling)
     final = _decode_rows(
         step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
         jnp.repeat(caps, num_samples), choose, rng,

@@ -1,4 +1,5 @@
-"""Exact top-k of long rows through chunk maxima (beam search over K x V candidates).
+"""Exact top-k of long rows through chunk maxima (beam search over K x V candidates), and the
+top k of a log-softmax read from logits in the [V, N] layout (``top_k_log_softmax``).
 
 XLA:CPU's TopK kernel visits every element in a single-threaded partial sort. ``top_k`` first
 takes the maximum of each chunk of ``chunk`` consecutive elements (a vectorised reduction),
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 CHUNK = 256
@@ -22,6 +24,7 @@ def chunk_size(size: int, target: int = CHUNK) -> int:
     of the rows), else ``target`` (the rows are padded with -inf)."""
     divisors = [d for d in range(target // 2, 2 * target + 1) if size % d == 0]
     return min(divisors, key=lambda d: abs(d - target)) if divisors else target
+
 
 
 def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -46,3 +49,31 @@ def _kernel(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """``lax.top_k`` behind a barrier: without it XLA may fuse the consumers into a full sort
     (its CPU TopK kernel only replaces a sort whose users are plain slices)."""
     return lax.optimization_barrier(lax.top_k(x, k))
+
+
+def top_k_log_softmax(logits_t: jax.Array, k: int, exclude: tuple[int, ...] = ()
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The k best entries of each column's log-softmax: logits_t float[V, N] (one column per
+    row of a batch) -> (values float32[N, k], best first, ties lower id first as ``top_k``; ids
+    int32[N, k]; kept float32[N, E]): the log-probs of the k best ids not in ``exclude``, and
+    the log-probs at ``exclude``'s E ids (in its order). Every id counts in the normaliser.
+    Chunk maxima as ``top_k``, taken down the columns."""
+    logits_t = logits_t.astype(jnp.float32)
+    size, rows = logits_t.shape
+    lse = jax.nn.logsumexp(logits_t, axis=0)                                    # [N]
+    kept = logits_t[np.asarray(exclude, np.int32)].T - lse[:, None]              # [N, E]
+    if exclude:
+        allowed = np.ones(size, bool)
+        allowed[list(exclude)] = False
+        logits_t = jnp.where(allowed[:, None], logits_t, -jnp.inf)
+    chunk = chunk_size(size)
+    if -size % chunk:
+        logits_t = jnp.pad(logits_t, ((0, -size % chunk), (0, 0)), constant_values=-jnp.inf)
+    chunks = logits_t.reshape(-1, chunk, rows)                                  # [C, c, N]
+    width = min(k, chunks.shape[0])
+    _, best = _kernel(jnp.max(chunks, axis=1).T, width)                         # [N, w]
+    best = jnp.sort(best, axis=1)             # ascending: ties keep the lower id first
+    candidates = chunks[best, :, jnp.arange(rows)[:, None]]                      # [N, w, c]
+    values, position = lax.top_k(candidates.reshape(rows, width * chunk), k)    # [N, k]
+    ids = jnp.take_along_axis(best, position // chunk, axis=1) * chunk + position % chunk
+    return values - lse[:, None], ids.astype(jnp.int32), kept

@@ -45,7 +45,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from textkit.decoding.beam_search import beam_search
-from textkit.decoding.contract import DecodeOutput, PyTree, Seq2SeqModel, model_step_fn
+from textkit.decoding.contract import (
+    Candidates,
+    DecodeOutput,
+    PyTree,
+    Seq2SeqModel,
+    model_step_fn,
+)
 from textkit.decoding.filters import ExcludeTokensStep
 from textkit.decoding.sampling import greedy_search
 
@@ -133,6 +139,11 @@ class OneSegmentStep:
 
     def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
         return self.step_fn.reorder_beams(params, cache, parent)
+
+    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
+        hook = getattr(self.step_fn, "top_k_step", None)
+        return hook(params, cache, tokens, k, exclude) if callable(hook) else None
 
 
 class Translator:
@@ -259,6 +270,23 @@ class Translator:
             print(f"translated {len(sources)} sentences in {len(groups)} batches, "
                   f"{len(self.compiled_shapes)} batch shapes")
         return results
+
+    def warm_up(self, params: PyTree, max_source_length: int,
+                rows: Sequence[int] = (1,)) -> int:
+        """Compile now what requests of up to ``max_source_length`` tokens will run.
+
+        The first batch of a new (rows, padded source length) shape compiles its program,
+        which takes seconds; a server calls this once at start-up, with the row counts it
+        batches requests into (``rows``; 1 for one sentence at a time), so that no request
+        pays for it. Every padded source length up to ``max_source_length`` runs once with a
+        dummy source. Returns the number of batch shapes compiled so far."""
+        eos = self.src_eos_id
+        extra = 1 if self.src_append_eos else 0
+        lengths = sorted({self._padded_length(n) for n in range(1, max_source_length + 1)})
+        for length in lengths:
+            for count in rows:
+                self.translate_ids(params, [[eos] * max(1, length - extra)] * count)
+        return len(self.compiled_shapes)
 
     def batch_groups(self, lengths: Sequence[int]) -> list[tuple[int, int]]:
         """(start, stop) of each batch over sources of ``lengths`` sorted ascending.

@@ -154,23 +154,28 @@ def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array
 
 
 def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
-                transposed: bool = False) -> jax.Array:
+                transposed: bool = False, columns: bool = False) -> jax.Array:
     """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
-    ``weight_scale`` [M] -> float32 [N, M], through an int8 x int8 -> int32 dot (x quantized
-    per row, see ``symmetric_int8``). A single row is multiplied as two (a zero row added):
-    XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
-    than two rows (one-sentence greedy decoding, a beam search's first step for one
-    sentence)."""
+    ``weight_scale`` [M] -> float32 [N, M] (``columns``: its transpose [M, N], computed as such),
+    through an int8 x int8 -> int32 dot (x quantized per row, see ``symmetric_int8``). A single
+    row is multiplied as two (a zero row added): XLA:CPU runs a one-row integer dot in a slow
+    generic loop, up to tens of times slower than two rows (one-sentence greedy decoding, a
+    beam search's first step for one sentence)."""
     xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
     single = xq.shape[0] == 1
     if single:
         xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
-    contract = ((1,), (1,)) if transposed else ((1,), (0,))
-    acc = jax.lax.dot_general(xq, weight, (contract, ((), ())),
+    weight_axis = 1 if transposed else 0
+    scale = weight_scale.astype(jnp.float32)
+    if columns:
+        acc = jax.lax.dot_general(weight, xq, (((weight_axis,), (1,)), ((), ())),
+                                  preferred_element_type=jnp.int32)            # [M, N]
+        acc = acc[:, :1] if single else acc
+        return acc.astype(jnp.float32) * x_scale[:, 0] * scale[:, None]
+    acc = jax.lax.dot_general(xq, weight, (((1,), (weight_axis,)), ((), ())),
                               preferred_element_type=jnp.int32)                # [N, M]
-    if single:
-        acc = acc[:1]
-    return acc.astype(jnp.float32) * x_scale * weight_scale.astype(jnp.float32)
+    acc = acc[:1] if single else acc
+    return acc.astype(jnp.float32) * x_scale * scale
 
 
 @runtime_checkable

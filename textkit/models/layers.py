@@ -92,6 +92,20 @@ class Dense(nn.Module):
         return y
 
 
+    def columns(self, x: Array) -> Array:
+        """The layer (``contract=1``, one feature axis) applied to rows x float[N, in] and
+        transposed: float32 [features, N]. Reads the parameters ``__call__`` made."""
+        kernel = self.get_variable("params", "kernel")                          # [in, out]
+        if kernel.dtype == jnp.int8:
+            y = int8_matmul(x, kernel, self.get_variable("params", "kernel_scale"),
+                            columns=True)
+        else:
+            y = mixed_einsum("io,ni->on", kernel, x, self.policy.compute_dtype)
+        if self.use_bias:
+            y = y + self.get_variable("params", "bias").astype(jnp.float32)[:, None]
+        return y
+
+
 def check_ids(ids: np.ndarray, size: int, what: str = "token ids",
               bound: str = "the vocabulary") -> None:
     """Raise ``ValueError`` naming the first entry of ``ids`` int[...] outside ``[0, size)``
@@ -126,8 +140,8 @@ class Embed(nn.Module):
     ``__call__(ids int[...]) -> float32 [..., features]`` (optionally times sqrt(features); ids
     in ``[0, num_embeddings)``, see ``lookup``);
     ``attend(x float[..., features]) -> float32 [..., num_embeddings]`` computed in the compute
-    dtype with float32 accumulation. The table [num_embeddings, features] is in param dtype,
-    initialised N(0, features**-0.5).
+    dtype with float32 accumulation (``attend_t``: the same of rows [N, features], as [V, N]).
+    The table [num_embeddings, features] is in param dtype, initialised N(0, features**-0.5).
     """
 
     num_embeddings: int
@@ -162,6 +176,13 @@ class Embed(nn.Module):
                                self.embedding_scale, transposed=True)
             return rows.reshape(*x.shape[:-1], self.num_embeddings)
         return mixed_einsum("...d,vd->...v", x, self.embedding, self.policy.compute_dtype)
+
+    def attend_t(self, x: Array) -> Array:
+        """``attend`` of rows x float[N, features], transposed: logits float32 [V, N]."""
+        if self.embedding.dtype == jnp.int8:
+            return int8_matmul(x, self.embedding, self.embedding_scale, transposed=True,
+                               columns=True)
+        return mixed_einsum("vd,nd->vn", self.embedding, x, self.policy.compute_dtype)
 
 
 def log_softmax(logits: Array) -> Array:

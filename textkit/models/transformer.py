@@ -330,6 +330,29 @@ class Transformer(nn.Module):
 
         N = B for an ``init_cache`` cache; N = B*K for a ``beam_cache`` one (K hypotheses per
         sentence, in the slot layout of ``textkit.models.attention``)."""
+        x, new_cache = self._decode_hidden(cache, tokens)
+        return log_softmax(self._logits(x)[:, 0]), new_cache
+
+    def decode_step_logits_t(self, cache: dict[str, Any],
+                             tokens: Array) -> tuple[Array, dict[str, Any]]:
+        """``decode_step`` before the log-softmax, transposed: tokens int32[N] -> (logits
+        float32[V, N], cache). XLA:CPU multiplies a few rows by the [V, D] output weight faster
+        in this layout, and a decoder that keeps only the best few tokens per row reduces down
+        its contiguous columns (the decoding contract's candidates hook)."""
+        c = self.config
+        x, new_cache = self._decode_hidden(cache, tokens)
+        if c.pre_norm:
+            x = self.decoder_norm(x)
+        x = x[:, 0]                                                              # [N, D]
+        logits_t = (self._target_embed().attend_t(x) if c.tie_output
+                    else self.output.columns(x))                                # [V, N]
+        if c.final_logits_bias:
+            logits_t = logits_t + self.logits_bias.astype(jnp.float32)[:, None]
+        return logits_t, new_cache
+
+    def _decode_hidden(self, cache: dict[str, Any],
+                       tokens: Array) -> tuple[Array, dict[str, Any]]:
+        """``decode_step`` up to the last decoder layer: (x [N, 1, D], cache)."""
         position = cache["position"]                                             # [B]
         beams, slots = beam_step_inputs(cache)
         row_position = position if beams is None else jnp.repeat(position, beams)  # [N]
@@ -342,11 +365,10 @@ class Transformer(nn.Module):
                 memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position,
                 beams=beams)
             new_layers.append({**layer_cache, "self": self_cache})
-        log_probs = log_softmax(self._logits(x)[:, 0])
         new_cache = {**cache, "position": position + 1, "layers": tuple(new_layers)}
         if beams is not None:
             new_cache["ancestry"] = slots["ancestry"]
-        return log_probs, new_cache
+        return x, new_cache
 
     def beam_cache(self, cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
         """``init_cache``'s cache (B rows, possibly advanced) -> the beam-search cache: the
