@@ -30,6 +30,8 @@ def cpu_env(devices: int) -> dict[str, str]:
            if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):     # the session's cache (conftest.py)
+        env["JAX_COMPILATION_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     env["PYTHONPATH"] = str(ROOT)
     return env
 

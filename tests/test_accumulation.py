@@ -91,6 +91,7 @@ def test_accumulation_under_mixed_float16_skips_the_whole_update_on_one_overflow
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))    # update skipped
 
 
+@pytest.mark.slow
 def test_accumulation_rejects_bad_settings():
     model, params = model_and_params()
     loss_fn = translation.make_loss(model)

@@ -89,10 +89,12 @@ def test_transformer_lm_refuses_windows_and_caches_past_max_len():
 @pytest.mark.parametrize("name, fields, call", [
     ("transformer_tiny", dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, d_ff=32),
      "seq2seq"),
-    ("gnmt_tiny", dict(src_vocab_size=40, tgt_vocab_size=40), "seq2seq"),
+    pytest.param("gnmt_tiny", dict(src_vocab_size=40, tgt_vocab_size=40), "seq2seq",
+                 marks=pytest.mark.slow),                  # 10 s: compiles all of GNMT
     ("lstm_lm_tiny", dict(vocab_size=40), "lm"),
     ("awd_lstm_lm_tiny", dict(vocab_size=40), "lm"),
-    ("textcnn", dict(vocab_size=40, embed_dim=8, num_filters=4), "one"),
+    pytest.param("textcnn", dict(vocab_size=40, embed_dim=8, num_filters=4), "one",
+                 marks=pytest.mark.slow),                  # bilstm_classifier: the fast case
     ("bilstm_classifier", dict(vocab_size=40, embed_dim=8, hidden_size=8), "one"),
 ])
 def test_out_of_range_ids_are_refused_naming_sample_and_position(name, fields, call):

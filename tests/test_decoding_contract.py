@@ -27,6 +27,16 @@ MAX_LAYERS = 3   # GNMT's residual connections start at layer 3
 RATE = 0.5       # every dropout-like rate: nonzero, so that deterministic=True is checked too
 BATCH, SRC_LEN, TGT_LEN, EXTRA = 3, 7, 5, 4
 TOLERANCE = dict(atol=1e-4, rtol=1e-4)
+# the fast tier keeps one preset per model class and option set; a preset equal at tiny sizes
+# to a fast one but for its layer count (transformer_base / big / small, transformer_lm_base /
+# small), and GNMT with Bahdanau attention and residual layers (gnmt_4layer / 8layer; its
+# attention has fast tests in test_gnmt.py), each compile a model for 10-25 s: marked slow
+SLOW_PRESETS = {"transformer_base", "transformer_big", "transformer_small", "gnmt_4layer",
+                "gnmt_8layer", "transformer_lm_base", "transformer_lm_small"}
+
+
+def tiered(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PRESETS else n for n in names]
 
 
 @functools.cache
@@ -165,7 +175,7 @@ def test_seq2seq_decode_step_equals_forward(name):
     _check_cache(out["cache"], BATCH, name)
 
 
-@pytest.mark.parametrize("name", TRANSLATION)
+@pytest.mark.parametrize("name", tiered(TRANSLATION))
 def test_seq2seq_padding_invariance(name):
     _, outputs = seq2seq_case(tiny_model(name))
     plain, padded = outputs["plain"], outputs["padded"]
@@ -174,7 +184,7 @@ def test_seq2seq_padding_invariance(name):
     _check_cache(padded["cache"], BATCH + 2, name)
 
 
-@pytest.mark.parametrize("name", LANGUAGE_MODELS)
+@pytest.mark.parametrize("name", tiered(LANGUAGE_MODELS))
 def test_lm_decode_step_equals_forward(name):
     out = lm_case(tiny_model(name))["plain"]
     assert out["steps"].dtype == jnp.float32
@@ -187,7 +197,7 @@ def test_lm_decode_step_equals_forward(name):
         _check_cache(state, BATCH, f"{name} initial_state")
 
 
-@pytest.mark.parametrize("name", LANGUAGE_MODELS)
+@pytest.mark.parametrize("name", tiered(LANGUAGE_MODELS))
 def test_lm_padding_invariance(name):
     outputs = lm_case(tiny_model(name))
     plain, padded = outputs["plain"], outputs["padded"]

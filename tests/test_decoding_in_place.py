@@ -102,6 +102,7 @@ def test_eos_at_every_step_and_min_length():
     assert len(lengths) >= 4, f"hypotheses ended at too few lengths: {sorted(lengths)}"
 
 
+@pytest.mark.slow
 def test_ties_are_broken_as_before(transformer):
     """All-zero parameters: every token equally likely at every step (all candidates tie)."""
     model, params = transformer
@@ -115,6 +116,7 @@ def test_ties_are_broken_as_before(transformer):
         _assert_same(beam_search(model_step_fn(model), zeros, cache, BOS_ID, **options), old)
 
 
+@pytest.mark.slow
 def test_pretrained_search_options_equal_the_reference(transformer):
     """forced_eos and transformers' finishing rule (hf_finish) with length_offset=0."""
     model, params = transformer

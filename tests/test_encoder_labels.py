@@ -42,6 +42,7 @@ def test_wrong_labels_are_refused(tmp_path):
         EncoderConfig(num_labels=2, labels=("a",))
 
 
+@pytest.mark.slow
 def test_a_new_head_drops_or_takes_the_names(tmp_path):
     root = tmp_path / "bare"
     shutil.copytree(FIXTURE.parent / "bert_model", root)

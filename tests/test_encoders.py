@@ -42,6 +42,18 @@ MODEL_TYPE = {"bert": "bert", "roberta": "roberta", "xlm_roberta": "xlm-roberta"
               "electra": "electra", "distilbert": "distilbert", "deberta_v3": "deberta-v2",
               "deberta_v2": "deberta-v2", "modernbert": "modernbert"}
 ATOL = 1e-5
+# The fast tier (-m "not slow") runs the per-fixture checks of forward outputs and of mixed
+# precision on one family with every head (BERT), ELECTRA's discriminator head and the base
+# model of each other family; every other fixture is the slow tier's (the first fixture of a
+# family costs seconds of op compiles on 2 cores). Tokenizers and exports are fast everywhere.
+FAST_OUTPUTS = {"bert_model", "bert_mlm", "bert_qa", "bert_seqcls", "bert_tokcls",
+                "electra_pretraining", "roberta_model", "distilbert_model", "deberta_v3_model",
+                "modernbert_model"}
+FAST_PRECISION = {"bert_mlm", "bert_qa", "bert_seqcls", "bert_tokcls", "electra_pretraining"}
+
+
+def tiered(names, fast: set[str]) -> list:
+    return [n if n in fast else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
 def reference(name: str) -> dict[str, dict[str, np.ndarray]]:
@@ -90,7 +102,7 @@ def test_every_family_and_head_has_a_fixture():
 
 
 # --------------------------------------------------------------------------------- outputs
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", tiered(NAMES, FAST_OUTPUTS))
 def test_outputs_match_transformers(name):
     model, params, tokenizer = loaded(name)
     assert isinstance(model.config, EncoderConfig)
@@ -149,7 +161,8 @@ def _decisions(key: str, logits: np.ndarray, mask: np.ndarray, name: str) -> np.
 
 
 @pytest.mark.parametrize("policy", sorted(PRECISION_TOLERANCE))
-@pytest.mark.parametrize("name", [n for n in NAMES if not n.endswith("_model")])
+@pytest.mark.parametrize("name", tiered([n for n in NAMES if not n.endswith("_model")],
+                                        FAST_PRECISION))
 def test_mixed_precision_agrees_with_float32(name, policy):
     """On a random batch (``random_batch``): logits within the stated tolerance, and the same
     argmax (ELECTRA's discriminator: the same sign) on >= 99 % of all the real positions
@@ -170,6 +183,7 @@ def test_mixed_precision_agrees_with_float32(name, policy):
     assert np.concatenate(agree).mean() >= 0.99
 
 
+@pytest.mark.slow
 def test_training_mode_dropout_and_gradient_checkpointing():
     model, params, tokenizer = loaded("bert_seqcls")
     batch = tokenizer.encode_batch(["a short text", "and another one here"])
@@ -183,7 +197,8 @@ def test_training_mode_dropout_and_gradient_checkpointing():
     def loss(m, p):
         return m.apply({"params": p}, **inputs, deterministic=False, rngs=rngs)["logits"].sum()
 
-    g1, g2 = jax.grad(lambda p: loss(model, p))(params), jax.grad(lambda p: loss(remat, p))(params)
+    g1 = jax.jit(jax.grad(lambda p: loss(model, p)))(params)    # jitted: half the time of
+    g2 = jax.jit(jax.grad(lambda p: loss(remat, p)))(params)    # op by op; remat is kept
     for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -218,7 +233,8 @@ def test_presets():
     assert get_model("deberta_v3_base").config.relative.span == 256
 
 
-@pytest.mark.parametrize("name", ["deberta_v3_small", "modernbert_base"])
+@pytest.mark.parametrize("name", [pytest.param("deberta_v3_small", marks=pytest.mark.slow),
+                                  "modernbert_base"])       # the fast tier's remat check
 def test_new_families_train_with_dropout_and_remat(name):
     """A tiny preset of each family runs forward with dropout and gives the same gradients with
     gradient checkpointing."""
@@ -233,7 +249,8 @@ def test_new_families_train_with_dropout_and_remat(name):
     def loss(m, p):
         return m.apply({"params": p}, ids, mask, deterministic=False, rngs=rngs)["logits"].sum()
 
-    g1, g2 = jax.grad(lambda p: loss(model, p))(params), jax.grad(lambda p: loss(remat, p))(params)
+    g1 = jax.jit(jax.grad(lambda p: loss(model, p)))(params)
+    g2 = jax.jit(jax.grad(lambda p: loss(remat, p)))(params)
     for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
         assert np.isfinite(a).all()
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -251,9 +251,11 @@ def _queries(model, params, src, tgt):
     return model.apply({"params": params}, src, tgt, method=bottom)
 
 
-@pytest.mark.parametrize("flags,depends", [({}, True), (OLD_DECODER, False),
-                                           ({"input_feeding": False}, True),
-                                           ({"bridge": False}, True)])
+@pytest.mark.parametrize("flags,depends", [
+    ({}, True),                                 # the fast tier: the default; one compile each
+    pytest.param(OLD_DECODER, False, marks=pytest.mark.slow),
+    pytest.param({"input_feeding": False}, True, marks=pytest.mark.slow),
+    pytest.param({"bridge": False}, True, marks=pytest.mark.slow)])
 def test_attention_query_depends_on_the_source(flags, depends):
     model = get_model("gnmt_tiny", src_vocab_size=40, tgt_vocab_size=40, pad_id=0, **flags)
     tgt = jnp.array([[1, 5, 6, 7]] * 2, jnp.int32)

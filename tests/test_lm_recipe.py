@@ -177,6 +177,7 @@ def test_sliding_windows_score_every_token_once(length, seq_len, stride):
         assert w["inputs"].shape == (1, seq_len) and w["inputs"].dtype == np.int32
 
 
+@pytest.mark.slow
 def test_sliding_window_evaluation_of_a_transformer_lm():
     model = get_model("transformer_lm_tiny", vocab_size=VOCAB, pad_id=PAD, dropout=0.0)
     params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]

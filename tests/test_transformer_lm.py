@@ -70,7 +70,9 @@ def test_decode_step_matches_forward(options):
     np.testing.assert_array_equal(cache["position"], [8, 8, 8])
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("policy", [
+    pytest.param("float32", marks=pytest.mark.slow), "mixed_bfloat16",
+    pytest.param("mixed_float16", marks=pytest.mark.slow)])     # 7 s each: bfloat16 is fast
 def test_policy_dtypes(policy):
     policy = Policy.parse(policy)
     model, variables = built(policy=policy)

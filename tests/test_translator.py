@@ -144,6 +144,7 @@ def test_transformer_sentence_alone_equals_sentence_in_padded_batch(tiny_transfo
     assert all(len(o) <= 12 for o in outputs) and any(outputs)
 
 
+@pytest.mark.slow
 def test_transformer_beam_one_equals_greedy_without_eos(tiny_transformer):
     model, params = tiny_transformer
     src = jnp.asarray(np.random.default_rng(1).integers(4, 24, size=(3, 8)), jnp.int32)
