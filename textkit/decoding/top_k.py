@@ -60,20 +60,27 @@ def top_k_log_softmax(logits_t: jax.Array, k: int, exclude: tuple[int, ...] = ()
     Chunk maxima as ``top_k``, taken down the columns."""
     logits_t = logits_t.astype(jnp.float32)
     size, rows = logits_t.shape
-    lse = jax.nn.logsumexp(logits_t, axis=0)                                    # [N]
-    kept = logits_t[np.asarray(exclude, np.int32)].T - lse[:, None]              # [N, E]
-    if exclude:
-        allowed = np.ones(size, bool)
-        allowed[list(exclude)] = False
-        logits_t = jnp.where(allowed[:, None], logits_t, -jnp.inf)
+    kept_ids = np.asarray(exclude, np.int32)
     chunk = chunk_size(size)
     if -size % chunk:
         logits_t = jnp.pad(logits_t, ((0, -size % chunk), (0, 0)), constant_values=-jnp.inf)
     chunks = logits_t.reshape(-1, chunk, rows)                                  # [C, c, N]
-    width = min(k, chunks.shape[0])
-    _, best = _kernel(jnp.max(chunks, axis=1).T, width)                         # [N, w]
+    chunk_max = jnp.max(chunks, axis=1)                                         # [C, N]
+    peak = jnp.max(chunk_max, axis=0)                                           # [N]
+    shift = jnp.where(jnp.isfinite(peak), peak, 0.0)
+    lse = shift + jnp.log(jnp.sum(jnp.exp(logits_t - shift), axis=0))          # [N]
+    # The k + E best of all ids, then the excluded ones dropped: no masked copy of the logits.
+    width = min(k + len(exclude), chunks.shape[0])
+    _, best = _kernel(chunk_max.T, width)                                       # [N, w]
     best = jnp.sort(best, axis=1)             # ascending: ties keep the lower id first
     candidates = chunks[best, :, jnp.arange(rows)[:, None]]                      # [N, w, c]
-    values, position = lax.top_k(candidates.reshape(rows, width * chunk), k)    # [N, k]
+    values, position = lax.top_k(candidates.reshape(rows, width * chunk),
+                                 min(k + len(exclude), width * chunk))           # [N, k+E]
     ids = jnp.take_along_axis(best, position // chunk, axis=1) * chunk + position % chunk
+    ids = jnp.minimum(ids, size - 1)   # a padded id (-inf) only where k + E > V: a real one
+    if exclude:
+        values = jnp.where(jnp.isin(ids, kept_ids), -jnp.inf, values)
+        values, order = lax.top_k(values, k)                                     # [N, k]
+        ids = jnp.take_along_axis(ids, order, axis=1)
+    kept = logits_t[kept_ids].T - lse[:, None]                                   # [N, E]
     return values - lse[:, None], ids.astype(jnp.int32), kept
