@@ -12,6 +12,7 @@ from textkit.data.samplers import (
     SortedBucketSampler,
     SplitSampler,
     bucket_boundaries,
+    least_padding_keys,
 )
 
 NUM_SAMPLES = 997  # prime, so no batch size divides it
@@ -39,7 +40,7 @@ def epoch_batches(sampler) -> list[Batch]:
 GRID = list(
     itertools.product(
         [False, True],  # shuffle
-        ["constant", "linear", "exp"],  # bucket_scheme
+        ["constant", "linear", "exp", "least_padding"],  # bucket_scheme
         ["sentences", "tokens"],  # batch_size_unit
         ["pad", "drop"],  # last_batch
         [1, 2],  # length fields
@@ -361,3 +362,41 @@ def test_padded_membership_fills_the_rounded_shape_first():
     assert by_padded.bucket_counts.tolist() == [9, 7]            # 24 fits the padded 24
     with pytest.raises(ValueError, match="membership"):
         FixedBucketSampler(lengths, 8, membership="rounded")
+
+
+def brute_force_least_padding(lengths: np.ndarray, num_buckets: int, round_to: int):
+    """(total padded length, fewest keys reaching it) over every key set of the candidates."""
+    high = int(lengths.max())
+    candidates = [k for k in range(round_to, high, round_to) if k >= lengths.min()]
+    best = None
+    for size in range(1, num_buckets + 1):
+        for inner in itertools.combinations(candidates, size - 1):
+            keys = np.array([*inner, high])
+            padded = -(-keys[np.searchsorted(keys, lengths)] // round_to) * round_to
+            if best is None or padded.sum() < best[0]:
+                best = (int(padded.sum()), keys.tolist())
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_least_padding_keys_pad_least_with_the_fewest_buckets(seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(rng.integers(1, 6), rng.integers(7, 40), rng.integers(1, 80))
+    num_buckets, round_to = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4, 8]))
+    keys = least_padding_keys(lengths, num_buckets, round_to)
+    total, best_keys = brute_force_least_padding(lengths, num_buckets, round_to)
+    padded = -(-np.array(keys)[np.searchsorted(keys, lengths)] // round_to) * round_to
+    assert padded.sum() == total and len(keys) == len(best_keys)
+    assert keys[-1] == lengths.max() and (np.diff(keys) > 0).all()
+
+
+def test_least_padding_scheme_pads_a_skewed_corpus_less_than_constant_widths():
+    # many short samples and a long tail, as in SST-2: equal widths waste the short end
+    lengths = np.random.default_rng(0).geometric(0.08, 5000) + 2
+    kwargs = dict(num_buckets=6, batch_size_unit="tokens", round_to=4, membership="padded")
+    least = FixedBucketSampler(lengths, 512, bucket_scheme="least_padding", **kwargs)
+    constant = FixedBucketSampler(lengths, 512, **kwargs)
+    assert least.bucket_keys.ravel().tolist() == least_padding_keys(lengths, 6, 4)
+    assert least.padding_fraction() < 0.6 * constant.padding_fraction()
+    with pytest.raises(ValueError, match="least_padding_keys"):
+        bucket_boundaries(3, 40, 4, "least_padding")

@@ -30,7 +30,7 @@ import numpy as np
 
 from textkit.batchify.shape import BatchShape
 
-BucketScheme = Literal["constant", "linear", "exp"]
+BucketScheme = Literal["constant", "linear", "exp", "least_padding"]
 _EXP_WIDTH_GROWTH = 1.1  # each bucket of the "exp" scheme is 10% wider than the previous one
 
 
@@ -117,10 +117,51 @@ def _scheme_keys(min_length: int, max_length: int, num_buckets: int,
         first = (high - low) * (step - 1) / (math.pow(step, n) - 1)
         keys = [int(round(low + first * (math.pow(step, i + 1) - 1) / (step - 1)))
                 for i in range(n)]
+    elif scheme == "least_padding":
+        raise ValueError("bucket_scheme 'least_padding' chooses keys from the lengths "
+                         "themselves: call least_padding_keys(lengths, num_buckets, round_to)")
     else:
-        raise ValueError(f"bucket_scheme must be 'constant', 'linear' or 'exp', got {scheme!r}")
+        raise ValueError("bucket_scheme must be 'constant', 'linear', 'exp' or 'least_padding', "
+                         f"got {scheme!r}")
     keys[-1] = max(keys[-1], high)
     return keys
+
+
+def least_padding_keys(lengths: Sequence[int] | np.ndarray, num_buckets: int,
+                       round_to: int | None = None) -> list[int]:
+    """Bucket keys of ``lengths`` (int [N]) that minimise the padded length summed over the
+    samples, each sample padded to the first key that holds it rounded up to ``round_to``.
+
+    An exact dynamic program over the candidate keys: the multiples of ``round_to`` from the
+    shortest length up to the longest, and the longest length. Returns at most ``num_buckets``
+    increasing keys, the last one the longest length; of equally good sets, the one with the
+    fewest buckets (the fewest compiled shapes).
+    """
+    lengths = np.sort(np.asarray(lengths, np.int64).ravel())
+    if lengths.size == 0 or num_buckets < 1:
+        raise ValueError(f"need lengths and num_buckets >= 1, got {lengths.size} lengths and "
+                         f"num_buckets={num_buckets}")
+    step = max(int(round_to or 1), 1)
+    low, high = int(lengths[0]), int(lengths[-1])
+    keys = np.arange(-(-max(low, 1) // step) * step, high, step, dtype=np.int64)
+    keys = np.append(keys, high)                                          # [C] candidates
+    held = np.searchsorted(lengths, keys, side="right").astype(np.float64)  # [C] samples <= key
+    padded = _round_up(keys, step).astype(np.float64)                     # [C]
+    before = np.triu(np.ones((len(keys), len(keys)), bool), 1)            # [C(i), C(j)] i < j
+    # cost[j]: least total padded length of the samples <= keys[j], keys[j] the last key
+    cost = held * padded
+    costs, previous = [cost], [np.full(len(keys), -1)]
+    for _ in range(num_buckets - 1):
+        total = np.where(before, cost[:, None] + (held[None, :] - held[:, None]) * padded, np.inf)
+        previous.append(total.argmin(axis=0))
+        cost = total[previous[-1], np.arange(len(keys))]
+        costs.append(cost)
+    buckets = int(np.argmin([c[-1] for c in costs]))                      # first of the ties
+    chosen, j = [], len(keys) - 1
+    for b in range(buckets, -1, -1):
+        chosen.append(int(keys[j]))
+        j = int(previous[b][j])
+    return chosen[::-1]
 
 
 def bucket_boundaries(
@@ -250,7 +291,9 @@ class FixedBucketSampler(_ResumableSampler):
       ratio: sentence mode only; shorter buckets get up to ``ratio * longest/own`` times more
         rows (GluonNLP's rule), never fewer than ``batch_size``.
       shuffle, seed: shuffle within buckets and the batch order, from ``(seed, epoch)``.
-      bucket_scheme: "constant", "linear" or "exp" bucket widths.
+      bucket_scheme: "constant", "linear" or "exp" bucket widths (GluonNLP's), or
+        "least_padding": the keys of ``least_padding_keys`` (per field), those that pad the
+        given lengths least.
       round_to: padded lengths (``bucket_shapes``) are the bucket keys rounded up to a multiple
         of this (None or 1: no rounding).
       last_batch: "pad" keeps partial batches with dummy rows; "drop" drops them.
@@ -303,7 +346,7 @@ class FixedBucketSampler(_ResumableSampler):
         self._batch_size, self._batch_size_unit = int(batch_size), batch_size_unit
         self._rows_multiple = int(batch_rows_multiple)
 
-        keys = self._keys(bucket_keys, num_buckets, bucket_scheme)
+        keys = self._keys(bucket_keys, num_buckets, bucket_scheme, round_to)
         padded = _round_up(keys, round_to)
         keep = np.ones(len(keys), dtype=bool)
         keep[:-1] = (padded[1:] != padded[:-1]).any(axis=1)  # one bucket per padded shape
@@ -325,15 +368,20 @@ class FixedBucketSampler(_ResumableSampler):
         self._bucket_num_batches = rounding(self.bucket_counts / global_sizes).astype(np.int64)
         self._sorted_by_bucket = np.argsort(self._bucket_of, kind="stable")
 
-    def _keys(self, bucket_keys, num_buckets, scheme) -> np.ndarray:
+    def _keys(self, bucket_keys, num_buckets, scheme, round_to) -> np.ndarray:
         """int64 [num_buckets, num_fields] bucket keys (inclusive upper bounds), non-decreasing
         in every field."""
         num_fields = self._lengths.shape[1]
         if bucket_keys is None:
             if num_buckets < 1:
                 raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
-            per_field = [_scheme_keys(int(col.min()), int(col.max()), num_buckets, scheme)
+            per_field = [least_padding_keys(col, num_buckets, round_to)
+                         if scheme == "least_padding" else
+                         _scheme_keys(int(col.min()), int(col.max()), num_buckets, scheme)
                          for col in self._lengths.T]
+            if len({len(keys) for keys in per_field}) > 1:   # fields padded apart: pad them
+                size = max(len(keys) for keys in per_field)
+                per_field = [keys + [keys[-1]] * (size - len(keys)) for keys in per_field]
             keys = np.array(sorted(set(zip(*per_field))), dtype=np.int64).reshape(-1, num_fields)
             return np.maximum.accumulate(keys, axis=0)  # per-field monotone for assignment
         keys = np.asarray(bucket_keys, dtype=np.int64)

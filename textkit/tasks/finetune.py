@@ -2,7 +2,8 @@
 classification): the ``--pretrained DIR`` checkpoint or a preset with a tokenizer trained on the
 data, AdamW with warm-up and linear decay (no weight decay on biases and norms, optional
 layer-wise learning-rate decay, dynamic loss scaling under ``mixed_float16``), token-budget
-buckets, a jitted prediction function and the export.
+buckets whose lengths (multiples of 4) pad each split least (``least_padding_keys``), a jitted
+prediction function and the export.
 
 Batches (``textkit.batchify.EncoderBatchify``) carry transformers' names: ``input_ids``,
 ``attention_mask``, ``token_type_ids`` (families with token types) int32 [B, T], the task's
@@ -170,7 +171,8 @@ class EncoderTaskConfig(TaskConfig):
     batch_tokens: int = flag(1024, "padded tokens per batch (the bucket's rows x length; "
                              "about 32 sentences of 32 tokens)",
                              group="data")
-    num_buckets: int = flag(8, "length buckets (one compiled program each)", group="data")
+    num_buckets: int = flag(8, "length buckets (one compiled program each), their lengths "
+                            "chosen to pad the examples least", group="data")
     train_file: str | None = flag(None, "training file instead of --dataset's", group="data")
     valid_file: str | None = flag(None, "evaluation file instead of --dataset's", group="data")
     test_file: str | None = flag(None, "test file (scored once at the end)", group="data")
@@ -380,7 +382,8 @@ class EncoderTask(Task):
                               f"{config.max_length}: the longest bucket would get no row")
         sampler = FixedBucketSampler(lengths, config.batch_tokens * accum,
                                      num_buckets=config.num_buckets, batch_size_unit="tokens",
-                                     round_to=8, shuffle=train, seed=config.seed,
+                                     bucket_scheme="least_padding", round_to=4,
+                                     shuffle=train, seed=config.seed,
                                      batch_rows_multiple=accum, membership="padded")
         return DataLoader(samples, sampler, self.batchify())
 
