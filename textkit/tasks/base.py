@@ -43,7 +43,7 @@ from textkit.settings import flag
 from textkit.training import make_train_step
 from textkit.training.loop import FitConfig
 from textkit.training.run_dir import RunDir
-from textkit.training.train_step import CompiledStep, TrainState
+from textkit.training.train_step import TrainState, TrainStep
 
 __all__ = [
     "LearningRate", "LossFn", "Params", "Split", "Task", "TaskConfig", "get_task", "list_tasks",
@@ -189,7 +189,7 @@ class Task(abc.ABC):
         rate; dynamic loss scaling when the precision policy needs it."""
 
     def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
-                        **step_options: Any) -> CompiledStep:
+                        **step_options: Any) -> TrainStep:
         """``train_step(state, batch) -> (state, metrics)``; ``step_options`` (shardings,
         ``accum_steps``, ...) go to ``textkit.training.make_train_step``."""
         return make_train_step(self.make_loss(model), tx, **step_options)

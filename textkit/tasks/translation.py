@@ -67,7 +67,7 @@ from textkit.training.metrics import corpus_bleu
 from textkit.training.optim import ema, ema_params_of, learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir, find_run
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
-from textkit.training.train_step import CompiledStep
+from textkit.training.train_step import TrainStep
 
 __all__ = [
     "Seq2SeqBatchify",
@@ -631,7 +631,7 @@ class TranslationTask(Task):
         return make_loss(model, self.config.label_smoothing)
 
     def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
-                        **step_options: Any) -> CompiledStep:
+                        **step_options: Any) -> TrainStep:
         return super().make_train_step(model, tx, accum_steps=self.config.accum_steps,
                                        **step_options)
 

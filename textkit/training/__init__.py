@@ -23,6 +23,7 @@ from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_sc
 from textkit.training.train_step import (
     CompiledStep,
     TrainState,
+    TrainStep,
     create_train_state,
     make_eval_step,
     make_train_step,
@@ -31,7 +32,7 @@ from textkit.training.writers import MetricWriter, run_writers
 
 __all__ = [
     "CheckpointManager", "CompiledStep", "FitConfig", "FitResult", "MetricWriter", "Progress",
-    "RunDir", "TrainState", "average_checkpoints", "corpus_bleu", "create_train_state",
+    "RunDir", "TrainState", "TrainStep", "average_checkpoints", "corpus_bleu", "create_train_state",
     "cross_entropy", "ema", "ema_params_of", "find_run", "fit", "freeze", "inverse_sqrt_schedule",
     "launch", "learning_rate_of", "make_eval_step", "make_train_step", "max_norm", "perplexity",
     "run_writers", "scale_by_budget_schedule", "smoothing_entropy", "with_learning_rate",

@@ -94,6 +94,61 @@ class CompiledStep:
         return self._jitted.lower(*args)
 
 
+class TrainStep:
+    """``train_step(state, batch[, carry])`` as two ``jax.jit`` programs: the gradients, compiled
+    once per batch shape, then the update, compiled once (it sees only params-shaped arrays), so
+    a new bucket shape compiles the model's forward and backward but never the optimizer.
+    ``num_traces`` counts the gradient programs (one per distinct input shape)."""
+
+    def __init__(self, gradients: Callable, update: Callable, *, carry: bool, donate: bool,
+                 in_shardings: Any, out_shardings: Any):
+        self.num_traces = 0
+        self._carry = carry
+
+        def traced(*args: Any) -> Any:
+            self.num_traces += 1  # Python side effect: runs once per trace, not per call
+            return gradients(*args)
+
+        self._gradients = jax.jit(traced, **({} if in_shardings is None
+                                             else {"in_shardings": in_shardings}))
+        update_outputs = None if out_shardings is None else (
+            (out_shardings[0], out_shardings[-1]))               # (state, metrics)
+        self._update = jax.jit(update, donate_argnums=(0,) if donate else (), **(
+            {} if update_outputs is None else {"out_shardings": update_outputs}))
+
+    def __call__(self, state: TrainState, batch: Mapping[str, Any], *carry: Any) -> Any:
+        return self._finish(self._update, state, self._gradients(state, batch, *carry))
+
+    def _finish(self, update: Callable, state: TrainState, gradients: tuple) -> Any:
+        grads, carry, loss_parts = gradients
+        new_state, metrics = update(state, grads, *loss_parts)
+        return (new_state, carry, metrics) if self._carry else (new_state, metrics)
+
+    def lower(self, state: TrainState, batch: Mapping[str, Any], *carry: Any) -> _LoweredStep:
+        """Ahead-of-time lowering, as ``jax.jit(f).lower``: ``step.lower(state, batch).compile()``
+        is the step for those shapes, compiled without running it."""
+        gradients = self._gradients.lower(state, batch, *carry)
+        grads, _, loss_parts = gradients.out_info
+        update = self._update.lower(state, grads, *loss_parts)
+        return _LoweredStep(self, gradients, update)
+
+
+class _LoweredStep:
+    """The two lowered programs of a ``TrainStep``; ``compile()`` gives the step callable."""
+
+    def __init__(self, step: TrainStep, gradients: jax.stages.Lowered,
+                 update: jax.stages.Lowered):
+        self._step, self._gradients, self._update = step, gradients, update
+
+    def compile(self) -> Callable:
+        gradients, update = self._gradients.compile(), self._update.compile()
+
+        def compiled(state: TrainState, batch: Mapping[str, Any], *carry: Any) -> Any:
+            return self._step._finish(update, state, gradients(state, batch, *carry))
+
+        return compiled
+
+
 def _loss_parts(loss_fn: Callable, params: Any, batch: Mapping[str, Any], rng: Any,
                 carry: Any, with_carry: bool) -> tuple[jax.Array, jax.Array, Any, Any]:
     """``(loss_sum, weight_sum, aux, new_carry)`` of either loss signature."""
@@ -169,7 +224,7 @@ def make_train_step(
     donate: bool = True,
     in_shardings: Any = None,
     out_shardings: Any = None,
-) -> CompiledStep:
+) -> TrainStep:
     """Build ``train_step(state, batch) -> (new_state, metrics)``, compiled with ``jax.jit``.
 
     With ``carry=True`` the step threads a recurrent state (truncated BPTT):
@@ -188,7 +243,10 @@ def make_train_step(
     ``metrics``: ``loss`` (float32 per-token mean, unscaled), ``tokens`` (weight sum),
     ``grad_norm`` (global norm of the unscaled gradients; inf/NaN on an overflow step),
     ``loss_scale`` (the scale used for this step) and the entries of ``aux``.
-    The state argument is donated when ``donate``; the shardings are passed to ``jax.jit``.
+    The step is two programs (``TrainStep``): the gradients, one per batch shape, and the
+    update, one in all. The state is donated to the update when ``donate``; ``in_shardings``
+    go to the gradient program, ``out_shardings`` (state, then metrics; any carry's is
+    inferred) to the update.
     """
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
@@ -196,7 +254,7 @@ def make_train_step(
         raise ValueError("gradient accumulation (accum_steps > 1) does not thread a recurrent "
                          "carry; use a larger batch or shorter BPTT windows")
 
-    def train_step(state: TrainState, batch: Mapping[str, Any], step_carry: Any = None):
+    def gradients(state: TrainState, batch: Mapping[str, Any], step_carry: Any = None):
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         scale = loss_scale_of(state.opt_state)
         if accum_steps > 1:
@@ -205,20 +263,24 @@ def make_train_step(
         else:
             grads, loss_sum, weight_sum, aux, new_carry = _gradients(
                 loss_fn, carry, state.params, batch, rng, scale, step_carry)
+        if carry:
+            new_carry = jax.lax.stop_gradient(new_carry)
+        return grads, new_carry, (loss_sum, weight_sum, aux)
+
+    def update(state: TrainState, grads: Any, loss_sum: jax.Array, weight_sum: jax.Array,
+               aux: Any):
+        scale = loss_scale_of(state.opt_state)
         loss = loss_sum / jnp.maximum(weight_sum, 1.0)
         grad_norm = optax.tree.norm(
             jax.tree_util.tree_map(lambda g: g.astype(jnp.float32), grads)) / scale
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-        metrics = _merge_aux({"loss": loss, "tokens": weight_sum, "grad_norm": grad_norm,
-                              "loss_scale": scale}, aux)
-        if carry:
-            return new_state, jax.lax.stop_gradient(new_carry), metrics
-        return new_state, metrics
+        return new_state, _merge_aux({"loss": loss, "tokens": weight_sum,
+                                      "grad_norm": grad_norm, "loss_scale": scale}, aux)
 
-    return CompiledStep(train_step, donate=donate, in_shardings=in_shardings,
-                        out_shardings=out_shardings)
+    return TrainStep(gradients, update, carry=carry, donate=donate, in_shardings=in_shardings,
+                     out_shardings=out_shardings)
 
 
 def make_eval_step(
