@@ -46,11 +46,11 @@ sys.path.insert(0, str(ROOT / "examples" / "finetune"))
 
 import classify  # noqa: E402
 
-from textkit.data import FixedBucketSampler, toy_sentiment  # noqa: E402
+from textkit.data import toy_sentiment  # noqa: E402
 from textkit.data.labelled_text import read_labelled  # noqa: E402
 from textkit.models import Encoder, EncoderConfig  # noqa: E402
 from textkit.pretrained import EncoderTokenizer, save_pretrained  # noqa: E402
-from textkit.tasks.finetune import train_wordpiece  # noqa: E402
+from textkit.tasks.finetune import token_buckets, train_wordpiece  # noqa: E402
 
 BERT_MINI = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
 ROWS_PER_STEP = 32
@@ -91,19 +91,15 @@ def write_checkpoint(directory: Path, tokenizer: EncoderTokenizer, quick: bool) 
 
 
 def batch_tokens_for(lengths: np.ndarray, rows: int, num_buckets: int) -> tuple[int, float]:
-    """The ``--batch-tokens`` whose epoch has ``ceil(N / rows)`` steps or fewer (the smallest
-    such budget), and its mean rows per step."""
+    """The ``--batch-tokens`` whose epoch (the recipe's ``token_buckets``) has ``ceil(N / rows)``
+    steps or fewer (the smallest such budget), and its mean rows per step."""
     target = -(-len(lengths) // rows)
     low, high = 8, 8 * int(lengths.max()) * rows
     while low < high:
         mid = (low + high) // 2
-        sampler = FixedBucketSampler(lengths, mid, num_buckets=num_buckets,
-                                     batch_size_unit="tokens", round_to=8,
-                                     membership="padded")
-        low, high = (low, mid) if len(sampler) <= target else (mid + 1, high)
-    sampler = FixedBucketSampler(lengths, low, num_buckets=num_buckets,
-                                 batch_size_unit="tokens", round_to=8, membership="padded")
-    return low, len(lengths) / len(sampler)
+        steps = len(token_buckets(lengths, mid, num_buckets))
+        low, high = (low, mid) if steps <= target else (mid + 1, high)
+    return low, len(lengths) / len(token_buckets(lengths, low, num_buckets))
 
 
 def textkit_epoch(checkpoint: Path, train: Path, max_length: int, batch_tokens: int,

@@ -68,6 +68,37 @@ def test_fit_trains_by_epochs_and_counts_compiles():
     assert result.progress.last_loss < 1.0 and result.progress.tokens == 3 * 48
 
 
+def test_fit_compiles_every_bucket_shape_before_the_first_step():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 13, 60)          # three buckets of padded widths 4, 8, 12
+    samples = [(np.ones(n, np.float32), np.float32(n)) for n in lengths]
+    sampler = FixedBucketSampler(lengths, 24, num_buckets=3, bucket_keys=[4, 8, 12],
+                                 batch_size_unit="tokens", round_to=None, shuffle=True)
+
+    def batchify(items, shape):
+        x = np.zeros((shape.rows, shape.lengths[0]), np.float32)
+        for row, (values, _) in enumerate(items):
+            x[row, :len(values)] = values
+        y = np.zeros(shape.rows, np.float32)
+        y[:len(items)] = [target for _, target in items]
+        return {"x": x, "y": y}
+
+    def sum_loss(params, batch, rng):
+        pred = batch["x"].sum(-1) * params["w"][0]                    # [B]
+        return jnp.sum((pred - batch["y"]) ** 2), (jnp.float32(batch["x"].shape[0]), {})
+
+    loader = DataLoader(samples, sampler, batchify)
+    assert [b["x"].shape for b in loader.shape_batches()] == [(6, 4), (3, 8), (2, 12)]
+    optimizer = optax.sgd(0.001)
+    state = create_train_state({"w": jnp.zeros(DIM)}, optimizer, jax.random.key(0))
+    step = make_train_step(sum_loss, optimizer, donate=False)
+    messages = []
+    result = fit(state, step, loader, FitConfig(epochs=2, log_every=100), log=messages.append)
+    assert "compiled the train step for 3 batch shapes" in messages[0]
+    assert result.num_compiles == 3 and result.progress.step == 2 * len(loader)
+    np.testing.assert_allclose(float(result.state.params["w"][0]), 1.0, atol=0.05)
+
+
 def test_fit_stops_on_a_non_finite_loss_naming_the_step():
     state, step = start()
     loader = make_loader(bad_sample=9)   # unshuffled: sample 9 is in the third batch

@@ -400,3 +400,16 @@ def test_least_padding_scheme_pads_a_skewed_corpus_less_than_constant_widths():
     assert least.padding_fraction() < 0.6 * constant.padding_fraction()
     with pytest.raises(ValueError, match="least_padding_keys"):
         bucket_boundaries(3, 40, 4, "least_padding")
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "drop"])
+def test_shape_batches_give_one_batch_of_every_shape_an_epoch_yields(last_batch):
+    lengths = make_lengths(1)
+    sampler = FixedBucketSampler(lengths, 256, num_buckets=6, batch_size_unit="tokens",
+                                 last_batch=last_batch, shuffle=True, seed=1)
+    examples = sampler.shape_batches()
+    epoch_shapes = {batch.shape for batch in epoch_batches(sampler)}
+    assert [b.shape for b in examples] == sorted(epoch_shapes, key=lambda s: s.lengths)
+    for batch in examples:                      # real samples of that bucket, none too long
+        assert 0 < len(batch) <= batch.shape.rows
+        assert (lengths[batch.indices] <= batch.shape.lengths[0]).all()

@@ -93,6 +93,26 @@ def test_train_step_lowers_ahead_of_time_to_the_same_program():
     assert float(ahead_metrics["loss"]) == float(called_metrics["loss"])
 
 
+def test_precompile_traces_each_shape_once_and_changes_nothing():
+    optimizer = optax.adam(0.1)
+    batches = [_batch(0, rows=8), _batch(1, rows=4), _batch(2, rows=6)]
+    results = []
+    for precompile in (False, True):
+        step = make_train_step(_linear_loss_fn, optimizer, donate=False)
+        state = create_train_state(_params(), optimizer, jax.random.key(0))
+        if precompile:
+            step.precompile(state, batches, workers=2)
+            assert step.num_traces == 3            # one gradient program per batch shape
+        for batch in batches + batches:
+            state, metrics = step(state, batch)
+        assert step.num_traces == 3                # no shape traced again
+        results.append((state, metrics))
+    (plain, plain_metrics), (ahead, ahead_metrics) = results
+    assert int(ahead.step) == int(plain.step) == 6  # precompiling took no step
+    np.testing.assert_array_equal(ahead.params["w"], plain.params["w"])
+    assert float(ahead_metrics["loss"]) == float(plain_metrics["loss"])
+
+
 def test_loss_scaling_is_transparent_to_the_update():
     plain = optax.adam(0.1)
     scaled = dynamic_loss_scale(plain, initial_scale=2.0**12)

@@ -62,6 +62,12 @@ class DataLoader:
         shape = getattr(batch, "shape", None)
         return self.batchify_fn(samples) if shape is None else self.batchify_fn(samples, shape)
 
+    def shape_batches(self) -> list[Any]:
+        """One loaded batch of every padded shape the sampler yields (its ``shape_batches()``;
+        empty when it has none), e.g. to compile a step for each before training."""
+        batches = getattr(self.batch_sampler, "shape_batches", lambda: [])()
+        return [self._load(batch) for batch in batches]
+
     def state_dict(self) -> dict:
         """The sampler's state after the last batch the consumer received."""
         if self._resume_state is not None:

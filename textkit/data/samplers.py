@@ -484,6 +484,15 @@ class FixedBucketSampler(_ResumableSampler):
             order, starts, stops, shapes, step_to_batch, self._num_shards, self._shard_id
         )
 
+    def shape_batches(self) -> list[Batch]:
+        """One batch of every padded shape an epoch yields (its bucket's first samples), e.g.
+        to compile a step for every shape before training."""
+        firsts = np.concatenate([[0], np.cumsum(self.bucket_counts)[:-1]])
+        return [Batch(self._sorted_by_bucket[first:first + min(shape.rows, int(count))], shape)
+                for first, count, shape, batches in zip(
+                    firsts, self.bucket_counts, self.bucket_shapes, self._bucket_num_batches)
+                if batches]
+
     def padding_fraction(self) -> float:
         """Padding cells / all padded cells over an epoch of all shards (dummy rows included)."""
         plan = self._plan(self._epoch)

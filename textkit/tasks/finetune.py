@@ -46,6 +46,7 @@ from textkit.training.run_dir import RunDir
 
 __all__ = [
     "EncoderTask", "EncoderTaskConfig", "adamw", "bucket_padding", "layer_depths",
+    "token_buckets",
     "train_wordpiece",
 ]
 
@@ -90,6 +91,18 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     """The arrays of an encoder batch that the model takes (``MODEL_INPUTS`` it has)."""
     return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+
+
+def token_buckets(lengths: Sequence[int], batch_tokens: int, num_buckets: int, *,
+                  shuffle: bool = False, seed: int = 0,
+                  rows_multiple: int = 1) -> FixedBucketSampler:
+    """The fine-tuning tasks' batches of ``lengths`` (tokens per example): ``num_buckets``
+    buckets at the lengths (multiples of 4) that pad these examples least, each holding
+    ``batch_tokens`` padded tokens (rows a multiple of ``rows_multiple``)."""
+    return FixedBucketSampler(lengths, batch_tokens, num_buckets=num_buckets,
+                              batch_size_unit="tokens", bucket_scheme="least_padding",
+                              round_to=4, shuffle=shuffle, seed=seed,
+                              batch_rows_multiple=rows_multiple, membership="padded")
 
 
 # ---------------------------------------------------------------------------------- optimizer
@@ -380,11 +393,8 @@ class EncoderTask(Task):
         if config.batch_tokens < config.max_length:
             raise ConfigError(f"--batch-tokens {config.batch_tokens} is below --max-length "
                               f"{config.max_length}: the longest bucket would get no row")
-        sampler = FixedBucketSampler(lengths, config.batch_tokens * accum,
-                                     num_buckets=config.num_buckets, batch_size_unit="tokens",
-                                     bucket_scheme="least_padding", round_to=4,
-                                     shuffle=train, seed=config.seed,
-                                     batch_rows_multiple=accum, membership="padded")
+        sampler = token_buckets(lengths, config.batch_tokens * accum, config.num_buckets,
+                                shuffle=train, seed=config.seed, rows_multiple=accum)
         return DataLoader(samples, sampler, self.batchify())
 
     def predictions(self, model: nn.Module, params: Params,

@@ -301,6 +301,8 @@ def fit(
                unit="step", desc=desc, disable=not (main and config.progress),
                dynamic_ncols=True)
     loop.restart_clock()
+    if initial_carry is None and hasattr(train_step, "precompile") and not loop.done:
+        _precompile(loop, state)
     try:
         while not loop.done:
             state = _run_epoch(loop, state, bar)
@@ -313,6 +315,18 @@ def fit(
     stopped_by = ("time_budget" if loop.out_of_time
                   else "steps" if config.by_steps else "epochs")
     return FitResult(state, loop.progress, stopped_by, getattr(train_step, "num_traces", None))
+
+
+def _precompile(loop: _Loop, state: Any) -> None:
+    """Compile the train step for every batch shape of the loader (``shape_batches``) at once,
+    as training time (and in ``compile_s``, which runs to the end of the first step), before
+    the first step."""
+    batches = getattr(loop.loader, "shape_batches", lambda: [])()
+    if len(batches) > 1:
+        start = time.perf_counter()
+        loop.train_step.precompile(state, [loop.to_device(batch) for batch in batches])
+        loop.log(f"compiled the train step for {len(batches)} batch shapes in "
+                 f"{time.perf_counter() - start:.1f}s")
 
 
 def _restore(loop: _Loop, state: Any) -> Any:

@@ -13,7 +13,9 @@ clipping, weight decay and schedules belong in the optimizer chain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import concurrent.futures
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.struct
@@ -123,6 +125,20 @@ class TrainStep:
         grads, carry, loss_parts = gradients
         new_state, metrics = update(state, grads, *loss_parts)
         return (new_state, carry, metrics) if self._carry else (new_state, metrics)
+
+    def precompile(self, state: TrainState, batches: Sequence[Mapping[str, Any]],
+                   workers: int | None = None) -> None:
+        """Compile the gradient program of every batch shape in ``batches`` now, ``workers``
+        (default: the CPU count) at a time: XLA compiles each program on one thread, so on a
+        multi-core host the shapes of a bucketed epoch compile together instead of one by one
+        as training first meets them. Runs each program once (nothing changes: the gradients
+        are dropped); ``state`` is not donated."""
+        if len(batches) < 2:
+            return
+        workers = min(len(batches), workers or os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in pool.map(lambda batch: self._gradients(state, batch), batches):
+                jax.block_until_ready(done)
 
     def lower(self, state: TrainState, batch: Mapping[str, Any], *carry: Any) -> _LoweredStep:
         """Ahead-of-time lowering, as ``jax.jit(f).lower``: ``step.lower(state, batch).compile()``
