@@ -132,10 +132,13 @@ class TrainStep:
         (default: the CPU count) at a time: XLA compiles each program on one thread, so on a
         multi-core host the shapes of a bucketed epoch compile together instead of one by one
         as training first meets them. Runs each program once (nothing changes: the gradients
-        are dropped); ``state`` is not donated."""
+        are dropped); ``state`` is not donated. With several devices the programs (which hold
+        collectives) compile and run one after the other."""
         if len(batches) < 2:
             return
         workers = min(len(batches), workers or os.cpu_count() or 1)
+        if jax.device_count() > 1:  # programs with collectives run one at a time, in order
+            workers = 1
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             for done in pool.map(lambda batch: self._gradients(state, batch), batches):
                 jax.block_until_ready(done)
