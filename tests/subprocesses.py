@@ -28,7 +28,9 @@ def cpu_env(devices: int) -> dict[str, str]:
     """This environment without launcher variables, on ``devices`` host CPU devices."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    level = [f for f in os.environ.get("XLA_FLAGS", "").split()   # conftest.py's, kept
+             if f.startswith("--xla_backend_optimization_level")]
+    env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *level])
     env["JAX_PLATFORMS"] = "cpu"
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):     # the session's cache (conftest.py)
         env["JAX_COMPILATION_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]

@@ -153,6 +153,37 @@ def test_plot_command_draws_several_runs(tmp_path):
     assert missing.returncode == 2 and "metrics.jsonl does not exist" in missing.stderr
 
 
+def test_plot_main_in_process_writes_one_panel_per_metric(tmp_path, capsys):
+    """``textkit.plot.__main__.main`` itself (the subprocess test above is not measured by
+    coverage): the PNG's size follows the panels (3 in a row, 4.6 x 3.4 inches at 100 dpi),
+    labels are checked against the runs, and a missing run is exit status 2."""
+    from textkit.plot.__main__ import main
+
+    for name, rate in (("a", 0.01), ("b", 0.05)):
+        writer = JsonlWriter(tmp_path / name / "metrics.jsonl")
+        writer.start(0)
+        for step in range(1, 4):
+            writer.write("train", step, 0, {"loss": 2.0 - rate * step, "learning_rate": rate})
+        writer.write("eval", 3, 1, {"valid_ppl": 5.0 + rate})
+        writer.close()
+    out = tmp_path / "deep" / "runs.png"
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(out), "--title", "t",
+                 "--labels", "first,second"]) == 0
+    assert capsys.readouterr().out == f"2 run(s) -> {out}\n"
+    png = out.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (3 * 460, 340)    # loss, lr, valid_ppl
+    assert not list(out.parent.glob("*.partial.png"))
+    assert main([str(tmp_path / "a"), "-o", str(tmp_path / "one.png")]) == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "a"), str(tmp_path / "b"), "--labels", "only-one"])
+    assert exit_info.value.code == 2
+    assert "--labels gives 1 labels for 2 runs" in capsys.readouterr().err
+    assert main([str(tmp_path / "none"), "-o", str(tmp_path / "none.png")]) == 2
+    assert "metrics.jsonl does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "none.png").exists()
+
+
 def test_plot_refuses_runs_without_rows(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("", encoding="utf-8")
     with pytest.raises(ValueError, match="no metric rows"):

@@ -1,0 +1,73 @@
+"""``textkit.cli.finetune`` in the fast tier: ``finetune()`` trains the tiny BERT fixture for
+two steps, keeps and exports the best checkpoint, and writes a summary whose validation
+accuracy is that of the export; ``--predict`` then writes, for every input, the label the
+exported model's logits pick (computed here independently with ``load_pretrained``). The
+recipes' own end-to-end runs (``test_finetune_recipes.py``) are in the slow tier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from textkit.cli.finetune import RESUME_KEYS, finetune
+from textkit.pretrained import load_pretrained
+from textkit.tasks import TextClassificationTask
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "encoders" / "bert_seqcls"
+
+
+def _rows(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = np.random.default_rng(seed)
+    good, bad = ["good", "great", "fun"], ["bad", "dull", "poor"]
+    rows = []
+    for _ in range(n):
+        label = "pos" if rng.random() < 0.5 else "neg"
+        word = rng.choice(good if label == "pos" else bad)
+        rows.append((f"the film was {word}", label))
+    return rows
+
+
+def _tsv(path: Path, rows: list[tuple[str, str]]) -> str:
+    path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    return str(path)
+
+
+def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(tmp_path):
+    train = _tsv(tmp_path / "train.tsv", _rows(24, 0))
+    valid_rows = _rows(10, 1)
+    valid = _tsv(tmp_path / "valid.tsv", valid_rows)
+    summary = finetune(TextClassificationTask, [
+        "--pretrained", str(FIXTURE), "--train-file", train, "--valid-file", valid,
+        "--max-steps", "2", "--eval-every", "2", "--batch-tokens", "128", "--num-buckets", "1",
+        "--max-length", "16", "--no-progress", "--no-tensorboard",
+        "--save-dir", str(tmp_path / "run")], "test")
+    assert summary["steps"] == 2 and summary["best_step"] == 2
+    assert summary["eval_metric"] == "accuracy" and summary["valid_count"] == 10
+    assert summary["num_bucket_shapes"] == 1 and summary["num_params"] > 0
+    assert set(summary["padding"]) >= {"bucket_padding", "max_length_padding", "tokens_saved"}
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["valid_accuracy"] == summary["valid_accuracy"]
+    assert set(RESUME_KEYS) <= set(saved["config"])      # what --resume compares is recorded
+    export = Path(summary["export"])
+    config = json.loads((export / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"}    # the training file's sorted labels
+
+    # the export's own logits, computed here: the reference for --predict and the summary
+    model, params, tokenizer = load_pretrained(export)
+    expected = []
+    for text, _ in valid_rows:
+        batch = tokenizer.encode_batch([text], max_length=16)
+        logits = np.asarray(model.apply({"params": params}, **batch)["logits"])
+        expected.append(config["id2label"][str(int(logits.argmax(-1)[0]))])
+    accuracy = np.mean([label == gold for label, (_, gold) in zip(expected, valid_rows)])
+    assert summary["valid_accuracy"] == accuracy
+
+    out = finetune(TextClassificationTask, [
+        "--pretrained", str(export), "--predict", valid, "--max-length", "16",
+        "--save-dir", str(tmp_path / "predict")], "test")
+    assert out["count"] == 10
+    records = [json.loads(line) for line in Path(out["predictions"]).read_text().splitlines()]
+    assert [r["text"] for r in records] == [t for t, _ in valid_rows]
+    assert [r["label"] for r in records] == expected
