@@ -71,11 +71,9 @@ class CompiledStep:
     """A ``jax.jit``-compiled step that counts its traces: ``num_traces`` is the number of
     programs XLA compiled for it (one per distinct input shape)."""
 
-    def __init__(self, fn: Callable, *, donate: bool, in_shardings: Any, out_shardings: Any):
+    def __init__(self, fn: Callable, *, in_shardings: Any = None, out_shardings: Any = None):
         self.num_traces = 0
         kwargs: dict[str, Any] = {}
-        if donate:
-            kwargs["donate_argnums"] = (0,)
         if in_shardings is not None:
             kwargs["in_shardings"] = in_shardings
         if out_shardings is not None:
@@ -104,19 +102,16 @@ class TrainStep:
 
     def __init__(self, gradients: Callable, update: Callable, *, carry: bool, donate: bool,
                  in_shardings: Any, out_shardings: Any):
-        self.num_traces = 0
         self._carry = carry
-
-        def traced(*args: Any) -> Any:
-            self.num_traces += 1  # Python side effect: runs once per trace, not per call
-            return gradients(*args)
-
-        self._gradients = jax.jit(traced, **({} if in_shardings is None
-                                             else {"in_shardings": in_shardings}))
+        self._gradients = CompiledStep(gradients, in_shardings=in_shardings)
         update_outputs = None if out_shardings is None else (
             (out_shardings[0], out_shardings[-1]))               # (state, metrics)
         self._update = jax.jit(update, donate_argnums=(0,) if donate else (), **(
             {} if update_outputs is None else {"out_shardings": update_outputs}))
+
+    @property
+    def num_traces(self) -> int:
+        return self._gradients.num_traces
 
     def __call__(self, state: TrainState, batch: Mapping[str, Any], *carry: Any) -> Any:
         return self._finish(self._update, state, self._gradients(state, batch, *carry))
@@ -129,13 +124,10 @@ class TrainStep:
     def precompile(self, state: TrainState, batches: Sequence[Mapping[str, Any]],
                    workers: int | None = None) -> None:
         """Compile the gradient program of every batch shape in ``batches`` now, ``workers``
-        (default: the CPU count) at a time: XLA compiles each program on one thread, so on a
-        multi-core host the shapes of a bucketed epoch compile together instead of one by one
-        as training first meets them. Runs each program once (nothing changes: the gradients
-        are dropped); ``state`` is not donated. With several devices the programs (which hold
-        collectives) compile and run one after the other."""
-        if len(batches) < 2:
-            return
+        (default: the CPU count) at a time, instead of one by one as training first meets them.
+        Runs each program once (nothing changes: the gradients are dropped); ``state`` is not
+        donated. With several devices the programs (which hold collectives) compile and run one
+        after the other."""
         workers = min(len(batches), workers or os.cpu_count() or 1)
         if jax.device_count() > 1:  # programs with collectives run one at a time, in order
             workers = 1
@@ -319,5 +311,5 @@ def make_eval_step(
                              aux)
         return (new_carry, metrics) if carry else metrics
 
-    return CompiledStep(eval_step, donate=False, in_shardings=in_shardings,
+    return CompiledStep(eval_step, in_shardings=in_shardings,
                         out_shardings=out_shardings)
