@@ -89,6 +89,7 @@ class Case:
                  bos: int, eos: int, pad: int) -> None:
         self.name, self.model, self.params, self.hf_spec = name, model, params, hf_spec
         self.bos, self.eos, self.pad = bos, eos, pad
+        self.int8_params: dict[Any, Any] = {}     # carrier -> quantized params (mode_params)
 
 
 def synthetic_case(quick: bool, policy: str) -> Case:
@@ -133,15 +134,24 @@ def marian_case(checkpoint: Path, policy: str) -> Case:
                 tgt.bos_id, tgt.eos_id, tgt.pad_id)
 
 
+def mode_beams(mode: str) -> int:
+    """Beam size of ``mode`` (beam<K>[_int8] or greedy[_int8])."""
+    if mode.startswith("beam"):
+        return int(mode.removesuffix("_int8").removeprefix("beam"))
+    return 1
+
+
 def mode_params(case: Case, mode: str) -> Any:
-    """The case's parameters as ``mode`` decodes with them (int8 for ``*_int8``)."""
+    """The case's parameters as ``mode`` decodes with them: for ``*_int8`` int8 values in the
+    carrier ``Translator`` would use for ``BATCH`` x beams rows (``int8_carrier``)."""
     if not mode.endswith("_int8"):
         return case.params
-    if not hasattr(case, "int8_params"):
-        from textkit.models.kernels import quantize_int8  # (lazy: profiles of older builds)
+    from textkit.models.kernels import int8_carrier, quantize_int8
 
-        case.int8_params = quantize_int8(case.model, case.params)
-    return case.int8_params
+    carrier = jax.numpy.dtype(int8_carrier(BATCH * mode_beams(mode)))
+    if carrier not in case.int8_params:
+        case.int8_params[carrier] = quantize_int8(case.model, case.params, carrier=carrier)
+    return case.int8_params[carrier]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,9 +177,8 @@ def compile_search(case: Case, mode: str, src: jax.Array, *, gather: bool = Fals
         encoded = case.model.apply(variables, src_tokens, method="encode")
         cache = case.model.apply(variables, encoded, src_tokens, STEPS, method="init_cache")
         if mode.startswith("beam"):
-            beams = int(mode.removesuffix("_int8").removeprefix("beam"))
-            return beam_search(step_fn, params, cache, case.bos, beam_size=beams, alpha=0.6,
-                               **options).tokens
+            return beam_search(step_fn, params, cache, case.bos, beam_size=mode_beams(mode),
+                               alpha=0.6, **options).tokens
         return greedy_search(step_fn, params, cache, case.bos, **options).tokens
 
     params = mode_params(case, mode)

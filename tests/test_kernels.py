@@ -147,6 +147,71 @@ def test_quantized_model_keeps_its_outputs(transformer):
     assert quantize_int8(model, qparams)["src_embed"]["embedding"].dtype == jnp.int8
 
 
+@pytest.mark.parametrize("contraction", [64, 2048])
+def test_bfloat16_carrier_gives_the_int32_dot_exactly(contraction):
+    rng = np.random.default_rng(6)
+    x = jnp.asarray(rng.normal(size=(5, contraction)), jnp.float32)
+    wq, w_scale = symmetric_int8(jnp.asarray(rng.normal(size=(contraction, 24)), jnp.float32),
+                                 axis=0)
+    wb = wq.astype(jnp.bfloat16)
+    for rows in (x, x[:1]):
+        np.testing.assert_array_equal(int8_matmul(rows, wb, w_scale[0]),
+                                      int8_matmul(rows, wq, w_scale[0]))
+        np.testing.assert_array_equal(
+            int8_matmul(rows, wb.T, w_scale[0], transposed=True, columns=True),
+            int8_matmul(rows, wq.T, w_scale[0], transposed=True, columns=True))
+    hlo = jax.jit(lambda a: int8_matmul(a, wb, w_scale[0])).lower(x).as_text()
+    assert f"bf16>, tensor<{contraction}x24xbf16>) -> tensor<5x24xf32>" in hlo
+
+
+def test_int8_carrier_by_rows_and_cpu(fake_cpuinfo):
+    fake_cpuinfo("avx512_vnni")
+    assert {kernels.int8_carrier(rows) for rows in (1, 48, 4096)} == {jnp.int8}
+    fake_cpuinfo("avx512_bf16")
+    if jax.default_backend() == "cpu":
+        assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS - 1) == jnp.int8
+        assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS) == jnp.bfloat16
+
+
+@pytest.mark.slow
+def test_quantize_int8_moves_values_between_carriers(transformer):
+    model, params = transformer
+    qparams = quantize_int8(model, params)
+    carried = quantize_int8(model, params, carrier=jnp.bfloat16)
+    moved = quantize_int8(model, qparams, carrier=jnp.bfloat16)
+    back = quantize_int8(model, moved)
+    for tree in (carried, moved):
+        assert tree["src_embed"]["embedding"].dtype == jnp.bfloat16
+    assert qparams["src_embed"]["embedding"].dtype == jnp.int8, "the input was modified"
+    same_values = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(
+        np.asarray(a, np.float32), np.asarray(b, np.float32))), qparams, moved)
+    assert all(jax.tree_util.tree_leaves(same_values))
+    assert jax.tree_util.tree_map(lambda a: a.dtype, back) == \
+        jax.tree_util.tree_map(lambda a: a.dtype, qparams)
+    src = jnp.asarray(np.random.default_rng(7).integers(4, 40, size=(3, 9)), jnp.int32)
+    tgt = jnp.asarray(np.random.default_rng(8).integers(4, 40, size=(3, 7)), jnp.int32)
+    np.testing.assert_array_equal(model.apply({"params": carried}, src, tgt),
+                                  model.apply({"params": qparams}, src, tgt))
+    with pytest.raises(ValueError, match="carrier"):
+        quantize_int8(model, params, carrier=jnp.float16)
+
+
+@pytest.mark.slow
+def test_translator_int8_uses_each_batchs_carrier(transformer, monkeypatch):
+    model, params = transformer
+    rng = np.random.default_rng(9)
+    sources = [rng.integers(4, 40, size=n).tolist() for n in rng.integers(3, 13, 9)]
+    translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=8,
+                            batch_size=8, quantize="int8")
+    expected = translator.translate_ids(params, sources)    # 16 rows at most: int8
+    monkeypatch.setattr(kernels, "int8_carrier",
+                        lambda rows: jnp.bfloat16 if rows >= 16 else jnp.int8)
+    assert translator.translate_ids(params, sources) == expected   # batches of 8 and 1 rows
+    copies = translator._quantized[1]
+    assert set(copies) == {jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16)}
+    assert copies[jnp.dtype(jnp.bfloat16)]["src_embed"]["embedding"].dtype == jnp.bfloat16
+
+
 def test_dense_reads_an_int8_kernel():
     dense = Dense(4)
     x = jnp.ones((2, 3))
@@ -167,9 +232,10 @@ def test_translator_int8_decodes_and_reuses_the_quantized_params(transformer):
                       quantize="int8")
     out = int8.translate_ids(params, sources)
     assert len(out) == 16 and all(len(o) <= 8 for o in out)
-    first = int8._quantized[1]
+    first = int8._quantized[1][jnp.dtype(jnp.int8)]
     int8.translate_ids(params, sources[:1])
-    assert int8._quantized[1] is first, "the same params must not be quantized again"
+    assert int8._quantized[1][jnp.dtype(jnp.int8)] is first, \
+        "the same params must not be quantized again"
     # exactly the search over quantize_int8's params (the int8 path is the params, not a mode)
     assert out == exact.translate_ids(params=quantize_int8(model, params), sources=sources)
     # and close to float32: at least 15 of 16 outputs identical (94.5 % on the Multi30k model)

@@ -11,11 +11,13 @@ multiplied in float32: the same products, at the float32 kernel's speed.
 
 **Int8 weights for CPU inference**: ``quantize_int8(model, params)``. Every layer that declares
 an int8 weight (``Int8Layer``: ``layers.Dense``'s kernel, ``layers.Embed``'s table) gets it as
-int8 with a float32 scale per output column (kernel, ``kernel_scale``) or per row (table,
-``embedding_scale``): symmetric, ``round(w / scale)`` with ``scale = max|w| / 127``. At apply
-time those layers see the int8 parameter and quantize their input too, one symmetric scale per
-row (``int8_matmul``), so the product is an int8 x int8 -> int32 dot: XLA:CPU's fast integer
-path (an int8 x float or uint8 x int8 dot falls back to slow loops), rescaled to float32.
+int8 values with a float32 scale per output column (kernel, ``kernel_scale``) or per row
+(table, ``embedding_scale``): symmetric, ``round(w / scale)`` with ``scale = max|w| / 127``.
+The values are held in int8 or, where that multiplies faster, bfloat16 (``int8_carrier``). At
+apply time a layer with a scale beside its weight quantizes its input too, one symmetric scale
+per row (``int8_matmul``), so the product is one of int8 values: an int8 x int8 -> int32 dot
+(XLA:CPU's fast integer path; an int8 x float or uint8 x int8 dot falls back to slow loops) or
+the same values as bfloat16 with float32 sums, rescaled to float32.
 Everything else (layer norms, biases, attention products, softmax, LSTM weights) stays as it
 was. Inference only: there is no gradient through the rounding. Which parameters belong to such
 a layer is read from the model itself (one abstract forward pass with
@@ -38,8 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "INT8_MAX", "Int8Layer", "has_bf16_dots", "int8_matmul", "mixed_einsum", "model_and_flags",
-    "native_low_precision_dots", "quantize_int8", "symmetric_int8",
+    "BF16_CARRIER_MIN_ROWS", "INT8_MAX", "Int8Layer", "has_bf16_dots", "int8_carrier",
+    "int8_matmul", "mixed_einsum", "model_and_flags", "native_low_precision_dots",
+    "quantize_int8", "symmetric_int8",
 ]
 
 Array = jax.Array
@@ -153,27 +156,54 @@ def symmetric_int8(x: jax.Array, axis: int | tuple[int, ...]) -> tuple[jax.Array
     return values, jnp.where(peak > 0, peak / INT8_MAX, 1.0)
 
 
+BF16_CARRIER_MIN_ROWS = 48
+"""Rows (a decoding step's sentences x beams) from which XLA:CPU multiplies int8 values
+faster as bfloat16 (``int8_carrier``); ``benchmarks/int8_dot.py`` measures the crossover."""
+
+
+def int8_carrier(rows: int) -> Any:
+    """The dtype that holds int8 weight values for the fastest product with ``rows`` input rows
+    (``quantize_int8``'s ``carrier``): bfloat16 on XLA:CPU with bf16 dot instructions
+    (``has_bf16_dots``) from ``BF16_CARRIER_MIN_ROWS`` rows, int8 otherwise. Every int8 value
+    is exact in bfloat16; XLA:CPU's int8 x int8 -> int32 dot does not use the CPU's int8
+    dot-product instructions, and its bfloat16 dot overtakes it once there are enough rows."""
+    if rows >= BF16_CARRIER_MIN_ROWS and jax.default_backend() == "cpu" and has_bf16_dots():
+        return jnp.bfloat16
+    return jnp.int8
+
+
 def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
                 transposed: bool = False, columns: bool = False) -> jax.Array:
-    """x float[N, A] times int8 weight [A, M] (``transposed``: [M, A]) with float32
-    ``weight_scale`` [M] -> float32 [N, M] (``columns``: its transpose [M, N], computed as such),
-    through an int8 x int8 -> int32 dot (x quantized per row, see ``symmetric_int8``). A single
-    row is multiplied as two (a zero row added): XLA:CPU runs a one-row integer dot in a slow
-    generic loop, up to tens of times slower than two rows (one-sentence greedy decoding, a
-    beam search's first step for one sentence)."""
-    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
-    single = xq.shape[0] == 1
-    if single:
-        xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
+    """x float[N, A] times int8-valued weight [A, M] (``transposed``: [M, A]) with float32
+    ``weight_scale`` [M] -> float32 [N, M] (``columns``: its transpose [M, N], computed as such).
+
+    x is quantized per row (``symmetric_int8``) and multiplied with the weight's int8 values in
+    the weight's carrier dtype (``int8_carrier``):
+
+    - int8: an int8 x int8 -> int32 dot. A single row is multiplied as two (a zero row added):
+      XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
+      than two rows (one-sentence greedy decoding, a beam search's first step for one sentence).
+    - bfloat16: a bfloat16 x bfloat16 -> float32 dot of the same int8 values. Each product is
+      exact and so is every partial sum below 2**24 in magnitude, which an ``A`` up to
+      2**24 / 127**2 (1,040) guarantees: the same result as the int32 dot; a longer row can
+      differ from it only by float32 rounding of sums beyond 2**24.
+    """
     weight_axis = 1 if transposed else 0
     scale = weight_scale.astype(jnp.float32)
+    integer = weight.dtype == jnp.int8
+    xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
+    xq = xq if integer else xq.astype(weight.dtype)                            # exact
+    accumulator = jnp.int32 if integer else jnp.float32
+    single = integer and xq.shape[0] == 1
+    if single:
+        xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
     if columns:
         acc = jax.lax.dot_general(weight, xq, (((weight_axis,), (1,)), ((), ())),
-                                  preferred_element_type=jnp.int32)            # [M, N]
+                                  preferred_element_type=accumulator)          # [M, N]
         acc = acc[:, :1] if single else acc
         return acc.astype(jnp.float32) * x_scale[:, 0] * scale[:, None]
     acc = jax.lax.dot_general(xq, weight, (((1,), (weight_axis,)), ((), ())),
-                              preferred_element_type=jnp.int32)                # [N, M]
+                              preferred_element_type=accumulator)              # [N, M]
     acc = acc[:1] if single else acc
     return acc.astype(jnp.float32) * x_scale * scale
 
@@ -204,11 +234,18 @@ def _layer_paths(model: nn.Module, params: PyTree, *example: jax.Array) -> dict[
     return found
 
 
-def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array) -> PyTree:
+def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array,
+                  carrier: Any = jnp.int8) -> PyTree:
     """Copy of ``params`` with the weight of every ``Int8Layer`` (``Dense`` kernels, ``Embed``
-    tables) int8 (module docstring). ``example`` are inputs of one forward pass (default: a
-    seq2seq model's ``(src_tokens, tgt_input)``, both int32[1, 8] of id 0) that reaches every
-    layer to quantize. Already-int8 layers are left as they are."""
+    tables) quantized to int8 values (module docstring), held in ``carrier``: int8 (the
+    smallest) or bfloat16 (twice the size, exact; ``int8_carrier`` says which multiplies faster
+    on this host). ``example`` are inputs of one forward pass (default: a seq2seq model's
+    ``(src_tokens, tgt_input)``, both int32[1, 8] of id 0) that reaches every layer to quantize.
+    A layer already quantized (a ``<name>_scale`` beside its weight) keeps its values, moved to
+    ``carrier``."""
+    carrier = jnp.dtype(carrier)
+    if carrier not in (jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16)):
+        raise ValueError(f"carrier={carrier}; expected int8 or bfloat16")
     if not example:
         example = (jnp.zeros((1, 8), jnp.int32),) * 2
     out = _mutable(params)                 # new dicts, the same arrays: the input is kept
@@ -217,9 +254,12 @@ def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array) -> PyTr
         for part in path:
             node = node[part]
         name, axes = module.int8_weight()
-        if node[name].dtype != jnp.int8:
+        if f"{name}_scale" not in node:
             values, scale = symmetric_int8(node[name], axis=axes)
-            node[name], node[f"{name}_scale"] = values, jnp.squeeze(scale, axis=axes)
+            node[f"{name}_scale"] = jnp.squeeze(scale, axis=axes)
+        else:
+            values = node[name]
+        node[name] = values.astype(carrier)
     return out
 
 

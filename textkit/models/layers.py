@@ -80,8 +80,8 @@ class Dense(nn.Module):
         # every result).
         rows = x.reshape(-1, math.prod(in_dims))
         matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
-        if kernel.dtype == jnp.int8:  # kernels.quantize_int8: int8 weights for inference
-            scale = self.param("kernel_scale", nn.initializers.ones, features, jnp.float32)
+        if self.has_variable("params", "kernel_scale"):  # kernels.quantize_int8
+            scale = self.get_variable("params", "kernel_scale")
             y = int8_matmul(rows, matrix, scale.reshape(-1))
         else:
             y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
@@ -96,7 +96,7 @@ class Dense(nn.Module):
         """The layer (``contract=1``, one feature axis) applied to rows x float[N, in] and
         transposed: float32 [features, N]. Reads the parameters ``__call__`` made."""
         kernel = self.get_variable("params", "kernel")                          # [in, out]
-        if kernel.dtype == jnp.int8:
+        if self.has_variable("params", "kernel_scale"):
             y = int8_matmul(x, kernel, self.get_variable("params", "kernel_scale"),
                             columns=True)
         else:
@@ -158,20 +158,20 @@ class Embed(nn.Module):
         init = nn.initializers.normal(stddev=self.features ** -0.5)
         self.embedding = self.param("embedding", init, (self.num_embeddings, self.features),
                                     self.policy.param_dtype)
-        if self.embedding.dtype == jnp.int8:  # kernels.quantize_int8: one scale per row
-            self.embedding_scale = self.param("embedding_scale", nn.initializers.ones,
-                                              (self.num_embeddings,), jnp.float32)
+        self.quantized = self.has_variable("params", "embedding_scale")  # quantize_int8
+        if self.quantized:
+            self.embedding_scale = self.get_variable("params", "embedding_scale")
 
     def __call__(self, ids: Array) -> Array:
         x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
-        if self.embedding.dtype == jnp.int8:
+        if self.quantized:
             x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
             x = x * np.float32(np.sqrt(self.features))
         return x
 
     def attend(self, x: Array) -> Array:
-        if self.embedding.dtype == jnp.int8:
+        if self.quantized:
             rows = int8_matmul(x.reshape(-1, self.features), self.embedding,
                                self.embedding_scale, transposed=True)
             return rows.reshape(*x.shape[:-1], self.num_embeddings)
@@ -179,7 +179,7 @@ class Embed(nn.Module):
 
     def attend_t(self, x: Array) -> Array:
         """``attend`` of rows x float[N, features], transposed: logits float32 [V, N]."""
-        if self.embedding.dtype == jnp.int8:
+        if self.quantized:
             return int8_matmul(x, self.embedding, self.embedding_scale, transposed=True,
                                columns=True)
         return mixed_einsum("vd,nd->vn", self.embedding, x, self.policy.compute_dtype)
