@@ -65,10 +65,12 @@ def top_k_log_softmax(logits_t: jax.Array, k: int, exclude: tuple[int, ...] = ()
     if -size % chunk:
         logits_t = jnp.pad(logits_t, ((0, -size % chunk), (0, 0)), constant_values=-jnp.inf)
     chunks = logits_t.reshape(-1, chunk, rows)                                  # [C, c, N]
-    chunk_max = jnp.max(chunks, axis=1)                                         # [C, N]
+    # Both passes over the logits read them as chunks, so XLA materialises one array for both;
+    # the barrier keeps the peak a reduction of the chunk maxima, not a third full pass.
+    chunk_max = lax.optimization_barrier(jnp.max(chunks, axis=1))              # [C, N]
     peak = jnp.max(chunk_max, axis=0)                                           # [N]
     shift = jnp.where(jnp.isfinite(peak), peak, 0.0)
-    lse = shift + jnp.log(jnp.sum(jnp.exp(logits_t - shift), axis=0))          # [N]
+    lse = shift + jnp.log(jnp.sum(jnp.exp(chunks - shift), axis=(0, 1)))       # [N]
     # The k + E best of all ids, then the excluded ones dropped: no masked copy of the logits.
     width = min(k + len(exclude), chunks.shape[0])
     _, best = _kernel(chunk_max.T, width)                                       # [N, w]
