@@ -161,6 +161,18 @@ def test_latency_benchmark_quick(tmp_path):
     assert result["ct2_skipped"] == result["hf_skipped"] == "--no-peers"
 
 
+def test_int8_dot_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "int8_dot.py"), "--quick", "--rows", "1,48"], tmp_path)
+    for product in ("logits", "ffn_in", "ffn_out"):
+        for rows in (1, 48):
+            figures = [result[f"{product}_{rows}_{kind}"] for kind in ("int8_ms", "bf16_ms")]
+            assert min(figures) > 0
+            assert result[f"{product}_{rows}_ratio"] == pytest.approx(
+                figures[0] / figures[1], rel=0.01, abs=0.002)
+    assert result["crossover_rows"] in (None, 1, 48)
+    assert result["bf16_carrier_min_rows"] == 48 and result["quick"] is True
+
+
 @pytest.mark.slow
 def test_large_corpus_benchmark_small(tmp_path):
     result = last_json([str(BENCHMARKS / "large_corpus.py"), "--pairs", "3000", "--workers",

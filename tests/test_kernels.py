@@ -13,7 +13,7 @@ from test_attention import dot_generals
 from textkit.decoding import Translator
 from textkit.models import get_model, kernels
 from textkit.models.kernels import int8_matmul, quantize_int8, symmetric_int8
-from textkit.models.layers import Dense
+from textkit.models.layers import Dense, Embed
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -210,6 +210,21 @@ def test_translator_int8_uses_each_batchs_carrier(transformer, monkeypatch):
     copies = translator._quantized[1]
     assert set(copies) == {jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16)}
     assert copies[jnp.dtype(jnp.bfloat16)]["src_embed"]["embedding"].dtype == jnp.bfloat16
+
+
+def test_embed_reads_a_bfloat16_table_row_by_row():
+    embed = Embed(num_embeddings=10, features=4, scale_by_sqrt_dim=False)
+    ids = jnp.asarray([[1, 9, 0]], jnp.int32)
+    table = jnp.asarray(np.random.default_rng(10).normal(size=(10, 4)), jnp.bfloat16)
+    rows = embed.apply({"params": {"embedding": table}}, ids)
+    assert rows.dtype == jnp.float32
+    np.testing.assert_array_equal(rows, np.asarray(table, np.float32)[np.asarray(ids)])
+    hlo = jax.jit(lambda t, i: embed.apply({"params": {"embedding": t}}, i)).lower(
+        table, ids).compile().as_text()
+    assert "f32[10,4]" not in hlo, "the whole table was widened before the gather"
+    outside = jax.jit(lambda t, i: embed.apply({"params": {"embedding": t}}, i))(
+        table, jnp.asarray([[10]], jnp.int32))
+    assert np.isnan(np.asarray(outside)).all(), "an id outside the table must read NaN"
 
 
 def test_dense_reads_an_int8_kernel():

@@ -163,7 +163,15 @@ class Embed(nn.Module):
             self.embedding_scale = self.get_variable("params", "embedding_scale")
 
     def __call__(self, ids: Array) -> Array:
-        x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
+        table = self.embedding
+        if table.dtype == jnp.bfloat16:
+            # Gather the rows as raw 16-bit words, then widen them: XLA:CPU otherwise widens
+            # the whole table to float32 first (once per decoding call, as large as the table).
+            table = jax.lax.bitcast_convert_type(table, jnp.uint16)
+        x = lookup(table, ids, f"{self.name or 'Embed'} ids")
+        if x.dtype == jnp.uint16:
+            x = jax.lax.bitcast_convert_type(x, jnp.bfloat16)
+        x = x.astype(jnp.float32)
         if self.quantized:
             x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
