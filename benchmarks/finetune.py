@@ -16,6 +16,9 @@ sentences (``../shared/data/glue-sst2``), truncated to ``--max-length`` tokens:
   (``hf_finetune.py`` with ``--peer-python``), the two sides alternate round by round, and
   the figures are medians.
 
+``--precision mixed_bfloat16`` runs both sides with bfloat16 compute and float32 weights
+(textkit's ``--precision mixed_bfloat16``, the Trainer's ``bf16=True``: torch's CPU autocast).
+
 Without ``../shared`` (or with ``--quick``) a generated corpus and WordPiece vocabulary stand in;
 without torch / transformers in the peer's Python (or with ``--no-peer``) the JSON line has
 ``peer_skipped`` instead of the ratio. The last output line is one JSON object.
@@ -54,6 +57,7 @@ from textkit.tasks.finetune import token_buckets, train_wordpiece  # noqa: E402
 
 BERT_MINI = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
 ROWS_PER_STEP = 32
+PRECISIONS = ("float32", "mixed_bfloat16")
 
 
 def corpus(workdir: Path, quick: bool, sentences: int | None) -> tuple[Path, EncoderTokenizer]:
@@ -103,11 +107,11 @@ def batch_tokens_for(lengths: np.ndarray, rows: int, num_buckets: int) -> tuple[
 
 
 def textkit_epoch(checkpoint: Path, train: Path, max_length: int, batch_tokens: int,
-                  num_buckets: int, save_dir: Path) -> dict[str, float]:
+                  num_buckets: int, save_dir: Path, precision: str) -> dict[str, float]:
     """One epoch of the recipe; its training seconds, steps and tokens."""
     shutil.rmtree(save_dir, ignore_errors=True)
     summary = classify.main([
-        "--pretrained", str(checkpoint), "--train-file", str(train),
+        "--pretrained", str(checkpoint), "--train-file", str(train), "--precision", precision,
         "--valid-file", str(train.with_name("valid.tsv")),
         "--max-length", str(max_length), "--batch-tokens", str(batch_tokens),
         "--num-buckets", str(num_buckets), "--epochs", "1", "--lr", "2e-5", "--no-export",
@@ -138,6 +142,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=66,
                         help="the sequence cap of both sides (SST-2's longest is 66 tokens)")
     parser.add_argument("--num-buckets", type=int, default=8)
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="both sides: float32, or bfloat16 compute with float32 weights "
+                             "(textkit --precision mixed_bfloat16, Trainer bf16=True)")
     parser.add_argument("--quick", action="store_true",
                         help="a 2 x 64 model on 400 generated sentences (a smoke run)")
     args = parser.parse_args()
@@ -154,7 +161,8 @@ def main() -> None:
         print(f"{len(texts):,} sentences, {int(lengths.sum()):,} tokens; textkit "
               f"--batch-tokens {batch_tokens} ({mean_rows:.1f} sentences per step)", flush=True)
         spec = {"checkpoint": str(checkpoint), "train": str(train),
-                "max_length": args.max_length, "batch_size": ROWS_PER_STEP}
+                "max_length": args.max_length, "batch_size": ROWS_PER_STEP,
+                "precision": args.precision}
         mine: list[dict[str, float]] = []
         theirs: list[dict[str, Any]] = []
         skipped = "--no-peer" if args.no_peer else None
@@ -163,7 +171,8 @@ def main() -> None:
             for side in order:
                 if side == "textkit":
                     mine.append(textkit_epoch(checkpoint, train, args.max_length, batch_tokens,
-                                              args.num_buckets, workdir / "run"))
+                                              args.num_buckets, workdir / "run",
+                                              args.precision))
                     print(f"round {round_}: textkit {mine[-1]}", flush=True)
                 elif skipped is None:
                     result = peer_epoch(args.peer_python or sys.executable, spec)
@@ -173,7 +182,7 @@ def main() -> None:
                         theirs.append(result)
                         print(f"round {round_}: transformers {result}", flush=True)
         out: dict[str, Any] = {
-            "sentences": len(texts), "max_length": args.max_length,
+            "sentences": len(texts), "max_length": args.max_length, "precision": args.precision,
             "batch_tokens": batch_tokens, "textkit_rows_per_step": round(mean_rows, 2),
             "textkit_steps": mine[0]["steps"], "rounds": args.rounds,
             "textkit_epoch_s": round(statistics.median(m["epoch_s"] for m in mine), 2),

@@ -61,7 +61,8 @@ def main() -> None:
             output_dir=out, per_device_train_batch_size=spec["batch_size"],
             num_train_epochs=1, learning_rate=2e-5, **length_grouping(),
             eval_strategy="no", save_strategy="no", logging_strategy="no", report_to=[],
-            use_cpu=True, dataloader_num_workers=0, disable_tqdm=True, seed=0)
+            use_cpu=True, dataloader_num_workers=0, disable_tqdm=True, seed=0,
+            bf16=spec.get("precision") == "mixed_bfloat16")
         trainer = Trainer(model=model, args=arguments, train_dataset=data,
                           data_collator=DataCollatorWithPadding(tokenizer))
         result = trainer.train()
