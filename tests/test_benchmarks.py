@@ -168,7 +168,7 @@ def test_int8_dot_benchmark_quick(tmp_path):
             figures = [result[f"{product}_{rows}_{kind}"] for kind in ("int8_ms", "bf16_ms")]
             assert min(figures) > 0
             assert result[f"{product}_{rows}_ratio"] == pytest.approx(
-                figures[0] / figures[1], rel=0.01, abs=0.002)
+                figures[0] / figures[1], rel=0.1)   # (the figures are rounded to 1 µs)
     assert result["crossover_rows"] in (None, 1, 48)
     assert result["bf16_carrier_min_rows"] == 48 and result["quick"] is True
 
