@@ -13,7 +13,7 @@ from test_attention import dot_generals
 from textkit.decoding import Translator
 from textkit.models import get_model, kernels
 from textkit.models.kernels import int8_matmul, quantize_int8, symmetric_int8
-from textkit.models.layers import Dense, Embed
+from textkit.models.layers import Dense, Embed, lookup
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -225,6 +225,10 @@ def test_embed_reads_a_bfloat16_table_row_by_row():
     outside = jax.jit(lambda t, i: embed.apply({"params": {"embedding": t}}, i))(
         table, jnp.asarray([[10]], jnp.int32))
     assert np.isnan(np.asarray(outside)).all(), "an id outside the table must read NaN"
+    half = table.astype(jnp.float16)
+    rows = jax.jit(lookup)(half, jnp.asarray([2, 10], jnp.int32))
+    assert rows.dtype == jnp.float16 and np.isnan(np.asarray(rows[1], np.float32)).all()
+    np.testing.assert_array_equal(rows[0], half[2])
 
 
 def test_dense_reads_an_int8_kernel():

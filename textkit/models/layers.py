@@ -128,9 +128,18 @@ def lookup(table: Array, ids: Array, what: str = "token ids",
     checked: an out-of-range one reads a NaN row (``jnp.take``'s fill mode, kept on purpose so
     that a loss over it is non-finite and stops training instead of being silently wrong).
     Check ids on the host where text becomes ids; positions are bounded by ``max_len`` checks.
+
+    A 16-bit float table (bfloat16, float16) is gathered as raw 16-bit words: a caller that
+    widens the rows would otherwise get XLA:CPU to widen the whole table before the gather (in
+    a decoding loop, once per call and as large as the table). The fill word 0xFFFF is a NaN in
+    both formats.
     """
     if not isinstance(ids, jax.core.Tracer):
         check_ids(np.asarray(ids), table.shape[0], what, bound)
+    if jnp.issubdtype(table.dtype, jnp.floating) and table.dtype.itemsize == 2:
+        words = jax.lax.bitcast_convert_type(table, jnp.uint16)
+        rows = jnp.take(words, ids, axis=0, mode="fill")
+        return jax.lax.bitcast_convert_type(rows, table.dtype)
     return jnp.take(table, ids, axis=0, mode="fill")
 
 
@@ -163,15 +172,7 @@ class Embed(nn.Module):
             self.embedding_scale = self.get_variable("params", "embedding_scale")
 
     def __call__(self, ids: Array) -> Array:
-        table = self.embedding
-        if table.dtype == jnp.bfloat16:
-            # Gather the rows as raw 16-bit words, then widen them: XLA:CPU otherwise widens
-            # the whole table to float32 first (once per decoding call, as large as the table).
-            table = jax.lax.bitcast_convert_type(table, jnp.uint16)
-        x = lookup(table, ids, f"{self.name or 'Embed'} ids")
-        if x.dtype == jnp.uint16:
-            x = jax.lax.bitcast_convert_type(x, jnp.bfloat16)
-        x = x.astype(jnp.float32)
+        x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
         if self.quantized:
             x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
