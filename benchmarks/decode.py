@@ -129,7 +129,8 @@ def write_marian_checkpoint(directory: Path, quick: bool) -> Path:
 
 def marian_case(checkpoint: Path, policy: str) -> Case:
     """The checkpoint as ``load_pretrained`` reads it; HF reads the same directory."""
-    model, params, _, tgt = load_pretrained(checkpoint, policy=policy, dropout=0.0)
+    pretrained = load_pretrained(checkpoint, policy=policy, dropout=0.0)
+    model, params, tgt = pretrained.model, pretrained.params, pretrained.target_tokenizer
     return Case("marian", model, params, {"checkpoint": str(checkpoint)},
                 tgt.bos_id, tgt.eos_id, tgt.pad_id)
 

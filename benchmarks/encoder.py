@@ -101,7 +101,8 @@ def textkit_calls(checkpoint: Path, batch: dict[str, np.ndarray],
     calls: dict[str, Callable[[], None]] = {}
     for mode in modes:
         policy = BF16_POLICY if mode == "infer_bf16" else "float32"
-        model, params, _ = load_pretrained(checkpoint, policy=policy)
+        pretrained = load_pretrained(checkpoint, policy=policy)
+        model, params = pretrained.model, pretrained.params
         params = jax.device_put(params)
         start = time.perf_counter()
         if mode == "train":

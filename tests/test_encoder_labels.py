@@ -17,14 +17,15 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "encoders" / "bert_seqc
 
 
 def test_labels_are_written_and_read_back(tmp_path):
-    model, params, tokenizer = load_pretrained(FIXTURE)
+    pretrained = load_pretrained(FIXTURE)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     assert model.config.num_labels == 3 and model.config.labels is None   # LABEL_0, ...
     save_pretrained(model, params, tokenizer, tmp_path / "named",
                     labels=["negative", "neutral", "positive"])
     config = json.loads((tmp_path / "named" / "config.json").read_text())
     assert config["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
     assert config["label2id"] == {"negative": 0, "neutral": 1, "positive": 2}
-    again, _, _ = load_pretrained(tmp_path / "named")
+    again = load_pretrained(tmp_path / "named").model
     assert again.config.labels == ("negative", "neutral", "positive")
     save_pretrained(again, params, tokenizer, tmp_path / "kept")      # from the config
     config = json.loads((tmp_path / "kept" / "config.json").read_text())
@@ -32,7 +33,8 @@ def test_labels_are_written_and_read_back(tmp_path):
 
 
 def test_wrong_labels_are_refused(tmp_path):
-    model, params, tokenizer = load_pretrained(FIXTURE)
+    pretrained = load_pretrained(FIXTURE)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     with pytest.raises(PretrainedError, match="3 distinct names"):
         save_pretrained(model, params, tokenizer, tmp_path / "x", labels=["a", "b"])
     with pytest.raises(PretrainedError, match="3 distinct names"):
@@ -52,8 +54,8 @@ def test_a_new_head_drops_or_takes_the_names(tmp_path):
     assert load_pretrained(root).model.config.labels == ("a", "b")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)      # the head is initialised at random
-        three, _, _ = load_pretrained(root, head="sequence_classification", num_labels=3)
-        named, _, _ = load_pretrained(root, head="sequence_classification",
-                                      labels=("x", "y", "z"))
+        three = load_pretrained(root, head="sequence_classification", num_labels=3).model
+        named = load_pretrained(root, head="sequence_classification",
+                                      labels=("x", "y", "z")).model
     assert three.config.labels is None and three.config.num_labels == 3
     assert named.config.labels == ("x", "y", "z") and named.config.num_labels == 3

@@ -27,7 +27,7 @@ from textkit.models import EncoderConfig, get_model, list_models
 from textkit.pretrained import (
     EncoderTokenizer,
     MissingFileError,
-    PretrainedEncoder,
+    Pretrained,
     PretrainedError,
     UnsupportedArchitectureError,
     load_pretrained,
@@ -71,10 +71,10 @@ def split(arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
     return inputs, {k: v for k, v in arrays.items() if k not in inputs}
 
 
-_LOADED: dict[str, PretrainedEncoder] = {}
+_LOADED: dict[str, Pretrained] = {}
 
 
-def loaded(name: str) -> PretrainedEncoder:
+def loaded(name: str) -> Pretrained:
     if name not in _LOADED:
         _LOADED[name] = load_pretrained(FIXTURES / name)
     return _LOADED[name]
@@ -104,7 +104,8 @@ def test_every_family_and_head_has_a_fixture():
 # --------------------------------------------------------------------------------- outputs
 @pytest.mark.parametrize("name", tiered(NAMES, FAST_OUTPUTS))
 def test_outputs_match_transformers(name):
-    model, params, tokenizer = loaded(name)
+    pretrained = loaded(name)
+    model, params = pretrained.model, pretrained.params
     assert isinstance(model.config, EncoderConfig)
     for batch, arrays in reference(name).items():
         inputs, expected = split(arrays)
@@ -118,7 +119,7 @@ def test_outputs_match_transformers(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tokenizer_gives_the_reference_batch(name):
-    _, _, tokenizer = loaded(name)
+    tokenizer = loaded(name).tokenizer
     meta = json.loads((FIXTURES / name / "reference.json").read_text("utf-8"))
     for batch, arrays in reference(name).items():
         texts, pairs = ((meta["single"], None) if batch == "single" else
@@ -168,7 +169,8 @@ def test_mixed_precision_agrees_with_float32(name, policy):
     argmax (ELECTRA's discriminator: the same sign) on >= 99 % of all the real positions
     (sequence heads: rows). The fixtures' output rows are drawn with clear margins
     (tools/make_tiny_encoders.py), as a trained model has them."""
-    model32, params, _ = loaded(name)
+    pretrained = loaded(name)
+    model32, params = pretrained.model, pretrained.params
     model = type(model32)(dataclasses.replace(model32.config, policy=policy))
     batch = random_batch(model32.config)
     full, low = run(model32, params, batch), run(model, params, batch)
@@ -185,7 +187,8 @@ def test_mixed_precision_agrees_with_float32(name, policy):
 
 @pytest.mark.slow
 def test_training_mode_dropout_and_gradient_checkpointing():
-    model, params, tokenizer = loaded("bert_seqcls")
+    pretrained = loaded("bert_seqcls")
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     batch = tokenizer.encode_batch(["a short text", "and another one here"])
     inputs = {k: jnp.asarray(v) for k, v in batch.items()}
     rngs = {"dropout": jax.random.PRNGKey(0)}
@@ -204,13 +207,15 @@ def test_training_mode_dropout_and_gradient_checkpointing():
 
 
 def test_inputs_are_checked():
-    model, params, _ = loaded("distilbert_model")
+    pretrained = loaded("distilbert_model")
+    model, params = pretrained.model, pretrained.params
     ids = jnp.ones((1, 4), jnp.int32)
     with pytest.raises(ValueError, match="no token types"):
         model.apply({"params": params}, ids, token_type_ids=jnp.zeros_like(ids))
     with pytest.raises(ValueError, match="max_len"):
         model.apply({"params": params}, jnp.ones((1, 65), jnp.int32))
-    model, params, _ = loaded("roberta_model")
+    pretrained = loaded("roberta_model")
+    model, params = pretrained.model, pretrained.params
     assert model.config.max_positions == 64            # 66 - (pad_id 1) - 1
     with pytest.raises(ValueError, match="outside"):
         model.apply({"params": params}, jnp.full((1, 3), 10_000, jnp.int32))
@@ -259,7 +264,8 @@ def test_new_families_train_with_dropout_and_remat(name):
 # ------------------------------------------------------------------------------ load / save
 @pytest.mark.parametrize("name", NAMES)
 def test_export_matches_the_fixture_tensor_by_tensor(name, tmp_path):
-    model, params, tokenizer = loaded(name)
+    pretrained = loaded(name)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     out = save_pretrained(model, params, tokenizer, tmp_path / name)
     original, exported = (load_file(str(d / "model.safetensors")) for d in (FIXTURES / name, out))
     assert sorted(exported) == sorted(original)
@@ -305,8 +311,8 @@ def test_sharded_safetensors(tmp_path):
 
 def test_new_head_for_fine_tuning():
     with pytest.warns(UserWarning, match="initialised at random"):
-        model, params, _ = load_pretrained(FIXTURES / "bert_model",
-                                           head="sequence_classification", num_labels=4)
+        params = load_pretrained(FIXTURES / "bert_model",
+                                 head="sequence_classification", num_labels=4).params
     body = loaded("bert_model").params
     np.testing.assert_array_equal(params["layer_1"]["ff_norm"]["norm"]["scale"],
                                   body["layer_1"]["ff_norm"]["norm"]["scale"])

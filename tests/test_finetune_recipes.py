@@ -76,7 +76,8 @@ def test_classify_pairs_from_a_checkpoint_exports_what_it_trained(tmp_path):
     assert config["id2label"] == {"0": "other", "1": "same"}
     assert config["architectures"] == ["BertForSequenceClassification"]
     # the export holds the best checkpoint's parameters: same predictions on the valid split
-    model, params, tokenizer = load_pretrained(export)
+    pretrained = load_pretrained(export)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     batch = tokenizer.encode_batch(["the movie was good fun"], ["the movie was good fun"])
     logits = model.apply({"params": params}, **batch)["logits"]
     assert logits.shape == (1, 2) and np.isfinite(np.asarray(logits)).all()
@@ -92,7 +93,8 @@ def test_classify_pairs_from_a_checkpoint_exports_what_it_trained(tmp_path):
 
 def _rescore_classify(export: Path, valid: str) -> float:
     """Accuracy of the exported model on ``valid``, computed here from load_pretrained."""
-    model, params, tokenizer = load_pretrained(export)
+    pretrained = load_pretrained(export)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     rows = [line.split("\t") for line in Path(valid).read_text().splitlines()[1:]]
     names = json.loads((export / "config.json").read_text())["label2id"]
     hits = 0

@@ -56,7 +56,8 @@ def test_fixture_is_small():
 
 
 def test_tokenizer_ids_match_marian_tokenizer(loaded):
-    name, (_, _, src, tgt) = loaded
+    name, pretrained = loaded
+    src, tgt = pretrained.tokenizer, pretrained.target_tokenizer
     ref = reference(name)
     assert src.encode(ref["inputs"]) == ref["input_ids"]       # includes unknown pieces
     assert tgt.encode(ref["targets"]) == ref["target_ids"]
@@ -65,7 +66,8 @@ def test_tokenizer_ids_match_marian_tokenizer(loaded):
 
 
 def test_logits_match_transformers(loaded):
-    name, (model, params, src, _) = loaded
+    name, pretrained = loaded
+    model, params, src = pretrained.model, pretrained.params, pretrained.tokenizer
     ref = reference(name)
     ids = ref["input_ids"]
     tokens = np.full((len(ids), max(map(len, ids))), src.pad_id, np.int32)
@@ -99,14 +101,16 @@ def test_generation_options_map_the_config():
 
 
 def test_round_trip_is_exact(loaded, tmp_path):
-    name, (model, params, src, tgt) = loaded
+    name, pretrained = loaded
+    model, params = pretrained.model, pretrained.params
+    src, tgt = pretrained.tokenizer, pretrained.target_tokenizer
     gen = json.loads((FIXTURES / name / "generation_config.json").read_text())
     save_pretrained(model, params, (src, tgt), tmp_path / "out", generation=gen)
     again = load_pretrained(tmp_path / "out")
     assert again.model.config == model.config
     jax.tree_util.tree_map(np.testing.assert_array_equal, again.params, params)
     ref = reference(name)
-    assert again.src_tokenizer.encode(ref["inputs"]) == ref["input_ids"]
+    assert again.tokenizer.encode(ref["inputs"]) == ref["input_ids"]
     keys = json.loads((tmp_path / "out" / "config.json").read_text())
     assert keys["model_type"] == "marian"
     assert generation_options(tmp_path / "out") == generation_options(FIXTURES / name)
@@ -217,3 +221,18 @@ def test_fine_tune_from_pretrained(tmp_path):
         lambda a, b: float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b)))),
         params, pretrained.params))
     assert 0 < min(moved) and max(moved) < 1e-3, (min(moved), max(moved))
+
+
+def test_every_family_loads_as_one_typed_result():
+    """``load_pretrained`` gives the same ``Pretrained`` type for every family, fields by
+    name (not a tuple whose length depends on the family)."""
+    from textkit.pretrained import Pretrained
+
+    marian = load_pretrained(FIXTURES / "tiny_marian")
+    encoder = load_pretrained(FIXTURES / "encoders" / "bert_seqcls")
+    assert type(marian) is type(encoder) is Pretrained
+    assert (marian.kind, encoder.kind) == ("translation", "encoder")
+    assert marian.target_tokenizer is not None and encoder.target_tokenizer is None
+    assert marian.generation["num_beams"] == 4 and encoder.generation == {}
+    with pytest.raises(TypeError):
+        _model, _params, _tokenizer = encoder          # no positional unpacking

@@ -21,7 +21,7 @@ from textkit.models import Encoder, SentenceEncoder, SentenceEncoderConfig
 from textkit.models.sentence_encoder import SentenceDense
 from textkit.pretrained import (
     MissingFileError,
-    PretrainedEncoder,
+    Pretrained,
     UnsupportedArchitectureError,
     embed_texts,
     length_buckets,
@@ -35,10 +35,10 @@ NAMES = ("bert_mean_normalize", "bert_cls_dense")
 TEXTS = json.loads((FIXTURES / "texts.json").read_text("utf-8"))
 ATOL = 1e-5
 
-_LOADED: dict[str, PretrainedEncoder] = {}
+_LOADED: dict[str, Pretrained] = {}
 
 
-def loaded(name: str) -> PretrainedEncoder:
+def loaded(name: str) -> Pretrained:
     if name not in _LOADED:
         _LOADED[name] = load_pretrained(FIXTURES / name)
     return _LOADED[name]
@@ -48,13 +48,16 @@ def test_fixtures_are_small():
     assert sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file()) < 500_000
 
 
-def test_the_layout_loads_as_three_fields_with_the_modules_on_the_config():
-    model, params, tokenizer = load_pretrained(FIXTURES / "bert_mean_normalize")
+def test_the_layout_loads_as_one_typed_result_with_the_modules_on_the_config():
+    pretrained = load_pretrained(FIXTURES / "bert_mean_normalize")
+    assert pretrained.kind == "sentence_encoder" and pretrained.target_tokenizer is None
+    model, params = pretrained.model, pretrained.params
     assert isinstance(model, SentenceEncoder)
     c = model.config
     assert (c.pooling, c.dense, c.normalize, c.max_seq_length) == (("mean",), (), True, 24)
     assert c.encoder.head == "model" and c.encoder.hidden_size == 32
-    model, params, _ = loaded("bert_cls_dense")
+    pretrained = loaded("bert_cls_dense")
+    model, params = pretrained.model, pretrained.params
     c = model.config
     assert (c.pooling, c.dense, c.normalize, c.max_seq_length) == (
         ("cls",), (SentenceDense(16, True, "tanh"),), False, 20)
@@ -72,7 +75,8 @@ def test_vectors_match_sentence_transformers(name, batch_size):
 
 
 def test_model_apply_gives_the_same_vectors_unbatched():
-    model, params, tokenizer = loaded("bert_mean_normalize")
+    pretrained = loaded("bert_mean_normalize")
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     batch = tokenizer.encode_batch(TEXTS[:4], max_length=24)
     out = model.apply({"params": params}, **{k: jnp.asarray(v) for k, v in batch.items()})
     assert out["last_hidden_state"].shape == (4, batch["input_ids"].shape[1], 32)
@@ -100,7 +104,8 @@ def test_compiled_shapes_are_bounded_and_order_is_kept():
 
 
 def test_a_bare_encoder_is_pooled_as_asked():
-    model, params, tokenizer = load_pretrained(FIXTURES / "bert_cls_dense" / "0_Transformer")
+    pretrained = load_pretrained(FIXTURES / "bert_cls_dense" / "0_Transformer")
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     assert isinstance(model, Encoder)
     texts = TEXTS[:5]
     batch = tokenizer.encode_batch(texts)
@@ -132,7 +137,8 @@ def test_bad_arguments_are_refused():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_save_and_load_again(name, tmp_path):
-    save_pretrained(*loaded(name), tmp_path / name)
+    source = loaded(name)
+    save_pretrained(source.model, source.params, source.tokenizer, tmp_path / name)
     listing = json.loads((tmp_path / name / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[1] for m in listing][:2] == ["Transformer", "Pooling"]
     again = load_pretrained(tmp_path / name)
@@ -184,7 +190,8 @@ def test_do_lower_case_and_prompts(tmp_path):
 
 @pytest.mark.slow
 def test_an_encoder_with_a_head_is_pooled_from_its_last_layer():
-    model, params, tokenizer = load_pretrained(FIXTURES.parent / "encoders" / "bert_seqcls")
+    pretrained = load_pretrained(FIXTURES.parent / "encoders" / "bert_seqcls")
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     batch = tokenizer.encode_batch(TEXTS[:3])
     hidden = model.apply({"params": params}, **batch, output_hidden_states=True)["hidden_states"]
     np.testing.assert_allclose(embed_texts((model, params, tokenizer), TEXTS[:3], pooling="cls"),

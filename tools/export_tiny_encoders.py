@@ -21,7 +21,8 @@ def main() -> None:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for fixture in sorted(d for d in FIXTURES.iterdir() if (d / "config.json").is_file()):
-        model, params, tokenizer = load_pretrained(fixture)
+        pretrained = load_pretrained(fixture)
+        model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
         save_pretrained(model, params, tokenizer, args.out / fixture.name)
         print(f"{fixture.name} -> {args.out / fixture.name}")
 

@@ -9,7 +9,8 @@ by hand in a separate environment and commit what it writes::
     # textkit's export of each fixture (textkit's environment), then the check with torch:
     .venv/bin/python -c "from textkit.pretrained import load_pretrained, save_pretrained as s
     for n in ('bert_mean_normalize', 'bert_cls_dense'):
-        s(*load_pretrained(f'tests/fixtures/sentence/{n}'), f'/tmp/st_exports/{n}')"
+        p = load_pretrained(f'tests/fixtures/sentence/{n}')
+        s(p.model, p.params, p.tokenizer, f'/tmp/st_exports/{n}')"
     /tmp/hfenv/bin/python tools/make_sentence_fixtures.py --check /tmp/st_exports
 
 Both directories hold one random BERT (hidden 32, 2 layers, a ~700-entry cut of

@@ -7,6 +7,7 @@ package: ``textkit.models`` imports neither).
 
 from textkit.models.classifier import RNNClassifier, RNNClassifierConfig, TextCNN, TextCNNConfig
 from textkit.models.config import ModelConfig, max_positions, parse_overrides
+from textkit.models.decoder_lm import DecoderLM, DecoderLMConfig
 from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.gnmt import GNMT, GNMTConfig
 from textkit.models.lstm_lm import AWDLSTMLM, LSTMLM, AWDLSTMLMConfig, LSTMLMConfig
@@ -22,8 +23,8 @@ from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.models.transformer_lm import TransformerLM, TransformerLMConfig
 
 __all__ = [
-    "AWDLSTMLM", "AWDLSTMLMConfig", "Encoder", "EncoderConfig", "GNMT", "GNMTConfig", "LSTMLM",
-    "LSTMLMConfig",
+    "AWDLSTMLM", "AWDLSTMLMConfig", "DecoderLM", "DecoderLMConfig", "Encoder", "EncoderConfig",
+    "GNMT", "GNMTConfig", "LSTMLM", "LSTMLMConfig",
     "ModelConfig", "RNNClassifier", "RNNClassifierConfig", "SentenceEncoder",
     "SentenceEncoderConfig", "TextCNN", "TextCNNConfig",
     "Transformer", "TransformerConfig", "TransformerLM", "TransformerLMConfig", "config_class",

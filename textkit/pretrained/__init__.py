@@ -1,13 +1,15 @@
 """Foreign checkpoint formats: Hugging Face layouts in and out of textkit.
 
 ``load_pretrained(dir, **overrides)`` is the one loader: it dispatches on ``config.json``'s
-``model_type`` (``loader.LOADERS``): "marian" (Marian / OPUS-MT translation models) gives
-``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; "bert", "roberta", "xlm-roberta",
-"electra", "distilbert", "deberta-v2" (DeBERTa-v2/v3), "modernbert" (``encoders``) give
-``PretrainedEncoder(model, params, tokenizer)``. A sentence-transformers directory
-(``modules.json``, ``sentence``) gives a ``PretrainedEncoder`` whose model is a
-``SentenceEncoder``; ``embed_texts(loaded, texts)`` turns texts into vectors with any loaded
-encoder (``embed``). ``save_pretrained`` writes each back (transformers loads it),
+``model_type`` (``loader.LOADERS``) and always returns one typed ``Pretrained`` (``result``:
+``kind``, ``model``, ``params``, ``tokenizer``, ``target_tokenizer``, ``generation``):
+"marian" (Marian / OPUS-MT translation models) is ``kind="translation"`` with the source and
+target ``MarianTokenizer``s; "bert", "roberta", "xlm-roberta", "electra", "distilbert",
+"deberta-v2" (DeBERTa-v2/v3), "modernbert" (``encoders``) are ``kind="encoder"``. A
+sentence-transformers directory (``modules.json``, ``sentence``) is
+``kind="sentence_encoder"``, its model a ``SentenceEncoder``; ``embed_texts(loaded, texts)``
+turns texts into vectors with any loaded encoder (``embed``). ``save_pretrained`` writes each
+back (transformers loads it),
 ``load_translator(dir)`` gives ``(Translator, params)`` searching as transformers' ``generate``
 does, with the options of ``generation_options(dir)``. Errors are ``PretrainedError``s
 (``textkit.errors.TextkitError`` and ``ValueError``) naming the directory or file and what was
@@ -19,7 +21,6 @@ onto textkit's own models, and never implements a model a second time.
 
 from textkit.pretrained.embed import embed_texts, length_buckets
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
-from textkit.pretrained.encoders import PretrainedEncoder
 from textkit.pretrained.errors import (
     MissingFileError,
     NotCheckpointError,
@@ -34,12 +35,12 @@ from textkit.pretrained.loader import (
     load_translator,
     save_pretrained,
 )
-from textkit.pretrained.marian import Pretrained
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
+from textkit.pretrained.result import Pretrained
 
 __all__ = [
     "EncoderTokenizer", "MarianTokenizer", "MissingFileError", "NotCheckpointError",
-    "NotMarianCheckpointError", "Pretrained", "PretrainedEncoder", "PretrainedError",
+    "NotMarianCheckpointError", "Pretrained", "PretrainedError",
     "UnsupportedArchitectureError", "VocabSizeMismatchError", "generation_options",
     "embed_texts", "length_buckets", "load_pretrained", "load_translator", "save_pretrained",
 ]

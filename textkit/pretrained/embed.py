@@ -75,13 +75,13 @@ def _embed(model: SentenceEncoder, params: Any, batch: dict[str, jax.Array]) -> 
 def embed_texts(encoder: Any, texts: Sequence[str], *,
                 pooling: str | Sequence[str] | None = None, normalize: bool | None = None,
                 batch_size: int = 32, max_length: int | None = None) -> np.ndarray:
-    """One vector per text: ``encoder`` is ``(model, params, tokenizer)`` as
-    ``load_pretrained`` gives it (an ``Encoder`` or ``SentenceEncoder`` and an
-    ``EncoderTokenizer``); ``texts`` a sequence of str -> float32 numpy [len(texts), E], in
-    the texts' order (module docstring). ``max_length`` (tokens per text, special tokens
-    included) defaults to the model's ``max_seq_length`` or its positions; longer texts are
-    truncated."""
-    model, params, tokenizer = encoder
+    """One vector per text: ``encoder`` is the ``Pretrained`` that ``load_pretrained`` gives
+    for an encoder or a sentence-transformers directory (an ``Encoder`` or
+    ``SentenceEncoder`` and an ``EncoderTokenizer``); ``texts`` a sequence of str -> float32
+    numpy [len(texts), E], in the texts' order (module docstring). ``max_length`` (tokens per
+    text, special tokens included) defaults to the model's ``max_seq_length`` or its positions;
+    longer texts are truncated."""
+    model, params, tokenizer = encoder.model, encoder.params, encoder.tokenizer
     if not isinstance(tokenizer, EncoderTokenizer):
         raise TypeError(f"embed_texts needs an EncoderTokenizer; got {type(tokenizer).__name__}")
     if isinstance(texts, str):

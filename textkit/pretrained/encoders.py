@@ -5,7 +5,8 @@ ModernBERT) in the Hugging Face layout in and out of textkit's ``models.encoder.
 ``config.json``, the weights (``model.safetensors``, sharded safetensors with their index, or
 ``pytorch_model.bin`` when torch is installed) and the tokenizer, takes the head from
 ``architectures`` (``BertForSequenceClassification`` -> ``sequence_classification``, the bare
-``BertModel`` -> ``model``, ...) and returns ``PretrainedEncoder(model, params, tokenizer)``.
+``BertModel`` -> ``model``, ...) and returns ``Pretrained(kind="encoder", model, params,
+tokenizer)``.
 ``save_pretrained(model, params, tokenizer, dir)`` writes the layout back (the tensor names
 transformers writes, tied weights once), so that transformers loads it with the same outputs;
 load -> save -> load is exact. Class names (``id2label``, when not transformers' ``LABEL_<i>``)
@@ -37,30 +38,30 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.layers import ACTIVATIONS
-from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
+    Entry,
     Transform,
     at,
     heads_bias,
     linear,
     out_proj,
-    put,
-    to_textkit,
-    to_torch,
+    read_params,
+    write_tensors,
 )
 
-__all__ = ["MODEL_TYPES", "PretrainedEncoder", "encoder_config", "hf_config", "load",
+__all__ = ["MODEL_TYPES", "encoder_config", "hf_config", "load",
            "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map",
            "write_checkpoint"]
 
@@ -75,15 +76,6 @@ HEAD_SUFFIXES = {"Model": "model", "ForMaskedLM": "masked_lm", "ForPreTraining":
 _BASE = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "electra": "electra",
          "distilbert": "distilbert", "deberta-v2": "deberta", "modernbert": "model"}
 """Attribute holding the bare model inside transformers' head classes (the key prefix)."""
-
-
-class PretrainedEncoder(NamedTuple):
-    """What ``load_pretrained`` returns for an encoder checkpoint (model: an ``Encoder``) or a
-    sentence-transformers directory (model: a ``SentenceEncoder``, ``pretrained.sentence``)."""
-
-    model: Encoder | SentenceEncoder
-    params: Any
-    tokenizer: EncoderTokenizer
 
 
 # ------------------------------------------------------------------------------------ config
@@ -633,42 +625,35 @@ def _alternatives(key: str, config: EncoderConfig) -> list[str]:
     return names
 
 
-def _pick(tensors: Mapping[str, np.ndarray], key: str, config: EncoderConfig,
-          root: Path) -> np.ndarray:
-    for name in _alternatives(key, config):
-        if name in tensors:
-            return np.asarray(tensors[name])
-    raise PretrainedError(f"{root}: the weights have no {key} (config.json says "
-                          f"{config.architecture} with head {config.head}; a damaged file, or "
-                          f"a checkpoint of another architecture?)")
-
-
-
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig,
                         expected: Any, root: Path, fallback: Any = None) -> dict[str, Any]:
     """textkit params (numpy, ``expected``'s dtypes) from transformers' tensors, each
-    shape-checked against ``expected`` (a ``jax.eval_shape`` of the params). With
-    ``fallback`` (params of a fresh init), head weights the tensors lack, or hold with another
-    number of labels, are taken from it."""
-    params: dict[str, Any] = {}
-    for path, keys, transform in weight_map(config):
-        if fallback is not None and path[0] in _HEAD_PARAMS and not all(
-                any(n in tensors for n in _alternatives(k, config)) for k in keys):
-            put(params, path, np.array(at(fallback, path)))
-            continue
-        arrays = [_pick(tensors, key, config, root) for key in keys]
-        value, want = to_textkit(arrays, transform, path), at(expected, path)
-        if fallback is not None and path[0] in _HEAD_PARAMS and (
-                tuple(value.shape) != tuple(want.shape)):     # a head with other labels
-            put(params, path, np.array(at(fallback, path)))
-            continue
-        if tuple(value.shape) != tuple(want.shape):
-            kind = VocabSizeMismatchError if path[0] in ("word_embeddings", "mlm_bias") \
-                else PretrainedError
-            raise kind(f"{root}: {keys[0]} has shape {arrays[0].shape}, which gives "
-                       f"{value.shape} for {'/'.join(path)}; config.json implies "
-                       f"{tuple(want.shape)}")
-        put(params, path, np.ascontiguousarray(value, dtype=np.dtype(want.dtype)))
+    shape-checked against ``expected`` (a ``jax.eval_shape`` of the params), through the
+    shared walker. With ``fallback`` (params of a fresh init), head weights the tensors lack,
+    or hold with another number of labels, are taken from it."""
+    def pick(key: str) -> np.ndarray | None:
+        return next((np.asarray(tensors[n]) for n in _alternatives(key, config)
+                     if n in tensors), None)
+
+    def missing(entry: Entry, key: str) -> Exception:
+        return PretrainedError(f"{root}: the weights have no {key} (config.json says "
+                               f"{config.architecture} with head {config.head}; a damaged "
+                               f"file, or a checkpoint of another architecture?)")
+
+    def mismatch(entry: Entry, arrays: list, value: np.ndarray, want: Any) -> Exception:
+        kind = VocabSizeMismatchError if entry.path[0] in ("word_embeddings", "mlm_bias") \
+            else PretrainedError
+        return kind(f"{root}: {entry.keys[0]} has shape {arrays[0].shape}, which gives "
+                    f"{value.shape} for {'/'.join(entry.path)}; config.json implies "
+                    f"{tuple(want.shape)}")
+
+    def fresh_head(entry: Entry, value: np.ndarray | None) -> Any:
+        if fallback is None or entry.path[0] not in _HEAD_PARAMS:
+            return None
+        return np.array(at(fallback, entry.path))
+
+    params = read_params([Entry(*e) for e in weight_map(config)], pick, expected,
+                         missing=missing, mismatch=mismatch, fallback=fresh_head)
     decoder = _TIED_DECODER[config.architecture][0] if config.head == "masked_lm" else None
     if decoder in tensors and not np.array_equal(tensors[decoder],
                                                  params["word_embeddings"]["embedding"]):
@@ -681,16 +666,13 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig
 def tensors_from_params(params: Any, config: EncoderConfig) -> dict[str, np.ndarray]:
     """transformers' tensors (float32 numpy) from textkit params: the inverse of
     ``params_from_tensors``, the names and set transformers' ``save_pretrained`` writes."""
-    tensors: dict[str, np.ndarray] = {}
-    for path, keys, transform in weight_map(config):
-        tensors.update(zip(keys, to_torch(at(params, path), len(keys), transform, path)))
-    return tensors
+    return write_tensors([Entry(*e) for e in weight_map(config)], params)
 
 
 # -------------------------------------------------------------------------------- load/save
-def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> PretrainedEncoder:
+def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
     """Load the encoder checkpoint directory ``root`` whose ``config.json`` is ``hf``:
-    ``PretrainedEncoder(model, params, tokenizer)``, params float32 numpy arrays in the
+    ``Pretrained("encoder", model, params, tokenizer)``, params float32 numpy arrays in the
     ``Encoder``'s tree. ``overrides`` replace config fields (``policy="mixed_bfloat16"``,
     ``dropout``, ``gradient_checkpointing=True``; ``head`` / ``num_labels`` for fine-tuning,
     whose new head weights are then initialised at random, with a warning)."""
@@ -719,7 +701,7 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> PretrainedEncod
     expected = jax.eval_shape(lambda key: model.init(key, dummy)["params"],
                               jax.random.PRNGKey(0))
     params = params_from_tensors(tensors, config, expected, root, fallback)
-    return PretrainedEncoder(model, params, tokenizer)
+    return Pretrained("encoder", model, params, tokenizer)
 
 
 def _token_ids(config: EncoderConfig, tokenizer: EncoderTokenizer) -> dict[str, int | None]:

@@ -1,8 +1,8 @@
 """``load_pretrained(dir)``: the one loader of foreign (Hugging Face layout) checkpoint
 directories. It reads ``config.json`` and hands the directory to the loader registered for its
-``model_type`` in ``LOADERS`` ("marian": ``marian.load``, a ``Pretrained`` translation model;
-the encoder families: ``encoders.load``); a sentence-transformers directory (``modules.json``)
-loads its Transformer module so, then ``sentence.load`` adds the rest.
+``model_type`` in ``LOADERS`` ("marian": ``marian.load``; the encoder families:
+``encoders.load``); a sentence-transformers directory (``modules.json``) loads its Transformer
+module so, then ``sentence.load`` adds the rest. Every family gives one typed ``Pretrained``.
 ``load_translator(dir)`` builds a ``Translator`` that searches as Hugging Face ``generate``
 does, with the options of ``generation_options(dir)``.
 """
@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from textkit.decoding import Translator
+from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
-from textkit.pretrained import encoders, marian, sentence
-from textkit.pretrained.errors import UnsupportedArchitectureError
+from textkit.models.transformer import Transformer
+from textkit.pretrained import decoders, encoders, marian, sentence
+from textkit.pretrained.errors import NotCheckpointError, UnsupportedArchitectureError
 from textkit.pretrained.files import read_config, unsupported
+from textkit.pretrained.result import Pretrained
 
 __all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator",
            "save_pretrained"]
@@ -28,21 +31,23 @@ __all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator"
 PyTree = Any
 
 LOADERS: dict[str, Callable[..., Any]] = {"marian": marian.load,
-                                          **dict.fromkeys(encoders.MODEL_TYPES, encoders.load)}
+                                          **dict.fromkeys(encoders.MODEL_TYPES, encoders.load),
+                                          **dict.fromkeys(decoders.MODEL_TYPES, decoders.load)}
 """``config.json`` ``model_type`` -> ``loader(root: Path, config: dict, **overrides)``."""
 
 
-def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
-    """Load a checkpoint directory by its ``config.json`` ``model_type`` (``LOADERS``).
+def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
+    """Load a checkpoint directory by its ``config.json`` ``model_type`` (``LOADERS``) as one
+    typed ``Pretrained`` (fields ``kind``, ``model``, ``params``, ``tokenizer``,
+    ``target_tokenizer``, ``generation``: ``generation_config.json``, {} when absent).
 
     An encoder checkpoint (``model_type`` bert, roberta, xlm-roberta, electra, distilbert,
-    deberta-v2, modernbert)
-    gives ``PretrainedEncoder(model, params, tokenizer)``: an ``Encoder`` with the head of
+    deberta-v2, modernbert) is ``kind="encoder"``: an ``Encoder`` with the head of
     ``architectures``, its params and an ``EncoderTokenizer`` (``pretrained.encoders``).
-    A translation checkpoint (Marian / OPUS-MT) gives ``Pretrained(model, params,
-    src_tokenizer, tgt_tokenizer)``: a ``Transformer``, its params (float32 numpy arrays in the
-    model's tree) and the two ``MarianTokenizer`` sides. ``overrides`` replace model config
-    fields (e.g. ``policy="mixed_bfloat16"``, ``dropout=0.1`` for fine-tuning).
+    A translation checkpoint (Marian / OPUS-MT) is ``kind="translation"``: a ``Transformer``,
+    its params (float32 numpy arrays in the model's tree), the source ``MarianTokenizer`` as
+    ``tokenizer`` and the target one as ``target_tokenizer``. ``overrides`` replace model
+    config fields (e.g. ``policy="mixed_bfloat16"``, ``dropout=0.1`` for fine-tuning).
 
     Raises ``NotCheckpointError`` (not a directory, no or bad config.json),
     ``UnsupportedArchitectureError`` (a ``model_type`` with no loader, or an option the loader
@@ -50,22 +55,37 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Any:
     ``VocabSizeMismatchError``; all are ``PretrainedError``s.
 
     A sentence-transformers directory (``modules.json``: Transformer -> Pooling -> Dense* ->
-    Normalize?) gives ``PretrainedEncoder(model, params, tokenizer)`` whose model is a
-    ``SentenceEncoder``: ``model.config`` has ``pooling``, ``dense``, ``normalize``,
-    ``max_seq_length``; ``embed_texts`` turns texts into its vectors (``pretrained.sentence``).
+    Normalize?) is ``kind="sentence_encoder"``, its model a ``SentenceEncoder``:
+    ``model.config`` has ``pooling``, ``dense``, ``normalize``, ``max_seq_length``;
+    ``embed_texts`` turns texts into its vectors (``pretrained.sentence``).
     """
     root = Path(path)
     if sentence.is_sentence_transformers(root):
         transformer = _load_checkpoint(sentence.transformer_path(root), **overrides)
-        if not isinstance(transformer, encoders.PretrainedEncoder):
+        if transformer.kind != "encoder":
             raise UnsupportedArchitectureError(
                 f"{root / 'modules.json'}: the Transformer module is a "
-                f"{type(transformer).__name__}, not an encoder")
+                f"{type(transformer.model).__name__}, not an encoder")
         return sentence.load(root, transformer)
-    return _load_checkpoint(root, **overrides)
+    return _load_checkpoint(root, **overrides).replace(generation=_generation_config(root))
 
 
-def _load_checkpoint(root: Path, **overrides: Any) -> Any:
+def _generation_config(root: Path) -> dict[str, Any]:
+    """``generation_config.json`` of ``root`` as a dict ({} when absent)."""
+    path = root / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise NotCheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise NotCheckpointError(f"{path}: expected a JSON object, got "
+                                 f"{type(config).__name__}")
+    return config
+
+
+def _load_checkpoint(root: Path, **overrides: Any) -> Pretrained:
     """A Hugging Face checkpoint directory, by its ``config.json`` ``model_type``."""
     config = read_config(root)
     model_type = config.get("model_type")
@@ -83,13 +103,20 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
     (replaced atomically) that transformers loads: an ``Encoder`` with its ``EncoderTokenizer``
     (``encoders.save_pretrained``), a Marian-shaped ``Transformer`` with its ``(src, tgt)``
     ``MarianTokenizer``s (``marian.save_pretrained``; ``options``: ``generation``), a
-    ``SentenceEncoder`` as a sentence-transformers directory (``sentence.save_pretrained``).
-    Encoder ``options``: ``labels`` (class names written as ``id2label`` / ``label2id``)."""
+    ``SentenceEncoder`` as a sentence-transformers directory (``sentence.save_pretrained``), a
+    ``DecoderLM`` with its ``LMTokenizer`` (``decoders.save_pretrained``; ``options``:
+    ``generation``). Encoder ``options``: ``labels`` (class names written as ``id2label`` /
+    ``label2id``). Any other model is a ``TypeError`` naming it."""
     if isinstance(model, SentenceEncoder):
         return sentence.save_pretrained(model, params, tokenizers, path, **options)
     if isinstance(model, encoders.Encoder):
         return encoders.save_pretrained(model, params, tokenizers, path, **options)
-    return marian.save_pretrained(model, params, tokenizers, path, **options)
+    if isinstance(model, DecoderLM):
+        return decoders.save_pretrained(model, params, tokenizers, path, **options)
+    if isinstance(model, Transformer):
+        return marian.save_pretrained(model, params, tokenizers, path, **options)
+    raise TypeError(f"save_pretrained writes Encoder, SentenceEncoder, DecoderLM and "
+                    f"Marian-shaped Transformer models; got {type(model).__name__}")
 
 
 def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator, PyTree]:
@@ -100,12 +127,12 @@ def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator
     tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override any
     ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
     loaded = load_pretrained(path)
-    if not isinstance(loaded, marian.Pretrained):
-        raise UnsupportedArchitectureError(f"{Path(path) / 'config.json'}: a "
-                                           f"{type(loaded).__name__}, not a translation model")
-    model, params, src_tok, tgt_tok = loaded
+    if loaded.kind != "translation":
+        raise UnsupportedArchitectureError(f"{Path(path) / 'config.json'}: a {loaded.kind} "
+                                           f"checkpoint, not a translation model")
     settings = {**generation_options(path), "src_append_eos": False, **options}
-    return Translator(model, src_tok, tgt_tok, **settings), params
+    return Translator(loaded.model, loaded.tokenizer, loaded.target_tokenizer,
+                      **settings), loaded.params
 
 
 # -------------------------------------------------------------------------------- generation

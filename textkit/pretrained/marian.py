@@ -39,7 +39,7 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -55,33 +55,24 @@ from textkit.pretrained.errors import (
 )
 from textkit.pretrained.files import read_tensors, unsupported
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
+from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
-    at,
+    Entry,
     heads_bias,
     linear,
     out_proj,
-    put,
-    to_textkit,
-    to_torch,
+    read_params,
+    write_tensors,
 )
 
 __all__ = [
-    "Pretrained", "embedding_layout", "hf_config", "load", "marian_config",
+    "embedding_layout", "hf_config", "load", "marian_config",
     "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map",
 ]
 
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 LAYER_NORM_EPSILON = 1e-5   # torch.nn.LayerNorm's default, used by every Marian layer norm
-
-
-class Pretrained(NamedTuple):
-    """What ``load_pretrained`` returns for a translation checkpoint (Marian)."""
-
-    model: Transformer
-    params: Any
-    src_tokenizer: MarianTokenizer
-    tgt_tokenizer: MarianTokenizer
 
 
 # ------------------------------------------------------------------------------------ config
@@ -190,42 +181,41 @@ def weight_map(config: TransformerConfig) -> list[tuple]:
     return entries
 
 
-def _pick(tensors: Mapping[str, np.ndarray], key: str | list[str], root: Path) -> np.ndarray:
-    """The tensor under ``key`` (or the first present of a list of alternative names)."""
-    names = [key] if isinstance(key, str) else key
-    for name in names:
-        if name in tensors:
-            return np.asarray(tensors[name])
-    raise PretrainedError(f"{root}: the weights have no {' or '.join(names)} (a Marian "
-                          f"checkpoint of another architecture, or a damaged file?)")
+def _picker(tensors: Mapping[str, np.ndarray]):
+    """``pick(key)``: the tensor under ``key`` (or the first present of a list of alternative
+    names); None when absent."""
+    def pick(key: str | list[str]) -> np.ndarray | None:
+        names = [key] if isinstance(key, str) else key
+        return next((np.asarray(tensors[n]) for n in names if n in tensors), None)
 
+    return pick
 
 
 def params_from_tensors(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
                         expected: Any, root: Path) -> dict[str, Any]:
     """textkit params (float32 numpy) from transformers' tensors, each shape-checked against
-    ``expected`` (a ``jax.eval_shape`` of the params)."""
-    params: dict[str, Any] = {}
-    for path, keys, transform in weight_map(config):
-        arrays = [_pick(tensors, key, root) for key in keys]
-        value, want = to_textkit(arrays, transform, path), at(expected, path)
-        if tuple(value.shape) != tuple(want.shape):
-            kind = VocabSizeMismatchError if "embed" in path[0] or path[0] in (
-                "output", "final_logits_bias") else PretrainedError
-            raise kind(f"{root}: {' / '.join(keys[0] if isinstance(keys[0], list) else keys)}"
-                       f" has shape {arrays[0].shape}, which gives {value.shape} for "
-                       f"{'/'.join(path)}; config.json implies {tuple(want.shape)}")
-        put(params, path, np.ascontiguousarray(value, dtype=np.dtype(want.dtype)))
-    return params
+    ``expected`` (a ``jax.eval_shape`` of the params), through the shared walker."""
+    def missing(entry: Entry, key: Any) -> Exception:
+        names = [key] if isinstance(key, str) else key
+        return PretrainedError(f"{root}: the weights have no {' or '.join(names)} (a Marian "
+                               f"checkpoint of another architecture, or a damaged file?)")
+
+    def mismatch(entry: Entry, arrays: list, value: np.ndarray, want: Any) -> Exception:
+        path, keys = entry.path, entry.keys
+        kind = VocabSizeMismatchError if "embed" in path[0] or path[0] in (
+            "output", "final_logits_bias") else PretrainedError
+        return kind(f"{root}: {' / '.join(keys[0] if isinstance(keys[0], list) else keys)}"
+                    f" has shape {arrays[0].shape}, which gives {value.shape} for "
+                    f"{'/'.join(path)}; config.json implies {tuple(want.shape)}")
+
+    return read_params([Entry(*e) for e in weight_map(config)], _picker(tensors), expected,
+                       missing=missing, mismatch=mismatch)
 
 
 def tensors_from_params(params: Any, config: TransformerConfig) -> dict[str, np.ndarray]:
     """transformers' tensors (float32 numpy) from textkit params (inverse of
     ``params_from_tensors``); embeddings are written under every name transformers ties."""
-    tensors: dict[str, np.ndarray] = {}
-    for path, keys, transform in weight_map(config):
-        names = [k[0] if isinstance(k, list) else k for k in keys]   # first of alternatives
-        tensors.update(zip(names, to_torch(at(params, path), len(keys), transform, path)))
+    tensors = write_tensors([Entry(*e) for e in weight_map(config)], params)
     # transformers 5 ties nothing when tie_word_embeddings is false: every name gets a copy.
     enc, dec = tensors["model.encoder.embed_tokens.weight"], tensors.get(
         "model.decoder.embed_tokens.weight", tensors["model.encoder.embed_tokens.weight"])
@@ -265,7 +255,8 @@ def _check_files(root: Path) -> None:
 
 def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
     """Load the Marian checkpoint directory ``root`` whose ``config.json`` is ``hf``:
-    ``Pretrained(model, params, src_tokenizer, tgt_tokenizer)``; params float32 numpy arrays in
+    ``Pretrained(kind="translation", model, params, tokenizer=source side,
+    target_tokenizer=target side)``; params float32 numpy arrays in
     the ``Transformer``'s tree (``textkit.pretrained.load_pretrained`` reads the config and
     calls this for ``model_type`` "marian").
 
@@ -297,7 +288,7 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
     expected = jax.eval_shape(lambda key: model.init(key, dummy, dummy)["params"],
                               jax.random.PRNGKey(0))
     params = params_from_tensors(tensors, config, expected, root)
-    return Pretrained(model, params, src_tok, tgt_tok)
+    return Pretrained("translation", model, params, src_tok, tgt_tok)
 
 
 def hf_config(config: TransformerConfig) -> dict[str, Any]:

@@ -16,9 +16,10 @@ A sentence-transformers directory has ``modules.json``: a list of modules, each 
 
 Any other module type (LayerNorm, WordWeights, CNN, LSTM, Router, ...) is an
 ``UnsupportedArchitectureError`` naming modules.json, the module and its type. ``load`` gives
-``PretrainedEncoder(model, params, tokenizer)`` whose model is a ``SentenceEncoder`` (its
-config carries ``pooling``, ``dense``, ``normalize``, ``max_seq_length``; the bare
-encoder's config is ``model.config.encoder``, its params ``params["encoder"]``).
+``Pretrained(kind="sentence_encoder", model, params, tokenizer)`` whose model is a
+``SentenceEncoder`` (its config carries ``pooling``, ``dense``, ``normalize``,
+``max_seq_length``; the bare encoder's config is ``model.config.encoder``, its params
+``params["encoder"]``).
 ``save_pretrained`` writes sentence-transformers' current layout (the Transformer at the root).
 """
 
@@ -36,10 +37,11 @@ from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.encoder import Encoder
 from textkit.models.sentence_encoder import SentenceDense, SentenceEncoder, SentenceEncoderConfig
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
-from textkit.pretrained.encoders import PretrainedEncoder, write_checkpoint
+from textkit.pretrained.encoders import write_checkpoint
 from textkit.pretrained.errors import MissingFileError, NotCheckpointError, PretrainedError
 from textkit.pretrained.errors import UnsupportedArchitectureError as Unsupported
 from textkit.pretrained.files import read_tensors
+from textkit.pretrained.result import Pretrained
 
 __all__ = ["is_sentence_transformers", "load", "save_pretrained", "transformer_path"]
 
@@ -157,10 +159,11 @@ def _lowercase(tokenizer: EncoderTokenizer) -> None:
     tokenizer.tokenizer.normalizer = normalizers.Sequence(steps)
 
 
-def load(root: Path, transformer: PretrainedEncoder) -> PretrainedEncoder:
+def load(root: Path, transformer: Pretrained) -> Pretrained:
     """The sentence-transformers directory ``root`` whose Transformer module was loaded as
-    ``transformer``: ``PretrainedEncoder(SentenceEncoder, params, tokenizer)``."""
-    encoder, encoder_params, tokenizer = transformer
+    ``transformer``: ``Pretrained("sentence_encoder", SentenceEncoder, params, tokenizer)``."""
+    encoder, encoder_params, tokenizer = (transformer.model, transformer.params,
+                                          transformer.tokenizer)
     if not isinstance(encoder, Encoder):
         raise Unsupported(f"{root / 'modules.json'}: the Transformer module is a "
                           f"{type(encoder).__name__}, not an encoder")
@@ -185,7 +188,7 @@ def load(root: Path, transformer: PretrainedEncoder) -> PretrainedEncoder:
     config = SentenceEncoderConfig.for_encoder(
         encoder.config, pooling=pooling, dense=tuple(dense),
         normalize=modules[-1][0] == "Normalize", max_seq_length=limit)
-    return PretrainedEncoder(SentenceEncoder(config), params, tokenizer)
+    return Pretrained("sentence_encoder", SentenceEncoder(config), params, tokenizer)
 
 
 def save_pretrained(model: SentenceEncoder, params: Any, tokenizer: EncoderTokenizer,

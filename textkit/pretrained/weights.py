@@ -1,17 +1,36 @@
-"""Tensor layouts between transformers' torch checkpoints and textkit params, shared by the
-checkpoint formats: each ``Transform`` is ``(to_textkit, to_transformers)``."""
+"""The one weight walker between transformers' torch checkpoints and textkit params, shared by
+every checkpoint format (Marian, the encoders, the decoder-only families).
+
+A format lists its ``Entry``s: a textkit param path, the transformers tensor name(s) it comes
+from (each a name or a list of alternative names) and a ``Transform`` ``(to_textkit,
+to_transformers)`` applied per tensor. Several tensors make one leaf by stacking them on a new
+axis (q/k/v of a fused [D, 3, H, Dh] kernel, ``stack_axis``) or, with ``parts``, by
+concatenating them along that axis (grouped-query q/k/v of [D, H + 2 KVH, Dh]: parts (H, KVH,
+KVH)). ``read_params`` walks the entries one way, ``write_tensors`` the other.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["SAME", "Transform", "at", "heads_bias", "linear", "out_proj", "put", "stack_axis",
-           "to_textkit", "to_torch"]
+__all__ = ["SAME", "Entry", "Transform", "at", "heads_bias", "linear", "out_proj", "put",
+           "read_params", "stack_axis", "to_textkit", "to_torch", "write_tensors"]
 
 Transform = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
+
+
+class Entry(NamedTuple):
+    """One textkit leaf: its param ``path``, the transformers ``keys`` it is made of (each a
+    name, or a list of alternative names: the first is written), the per-tensor
+    ``transform`` and, for concatenated tensors, the size of each along ``stack_axis``."""
+
+    path: tuple[str, ...]
+    keys: list[Any]
+    transform: Transform
+    parts: tuple[int, ...] | None = None
 
 SAME: Transform = (lambda x: x, lambda x: x)
 """The same array on both sides (biases, norms, embeddings)."""
@@ -57,20 +76,71 @@ def put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def to_textkit(arrays: list[np.ndarray], transform: Transform,
-               path: tuple[str, ...]) -> np.ndarray:
+def to_textkit(arrays: list[np.ndarray], transform: Transform, path: tuple[str, ...],
+               parts: tuple[int, ...] | None = None) -> np.ndarray:
     """One textkit leaf from its torch tensors: the one converted, or several (q/k/v)
-    converted and stacked on ``stack_axis(path)``."""
+    converted and stacked on ``stack_axis(path)`` (concatenated there with ``parts``)."""
     if len(arrays) == 1:
         return transform[0](arrays[0])
-    return np.stack([transform[0](a) for a in arrays], axis=stack_axis(path))
+    join = np.concatenate if parts else np.stack
+    return join([transform[0](a) for a in arrays], axis=stack_axis(path))
 
 
-def to_torch(value: Any, count: int, transform: Transform,
-             path: tuple[str, ...]) -> list[np.ndarray]:
+def to_torch(value: Any, count: int, transform: Transform, path: tuple[str, ...],
+             parts: tuple[int, ...] | None = None) -> list[np.ndarray]:
     """The ``count`` torch tensors (float32, contiguous) of one textkit leaf: the inverse of
     ``to_textkit``."""
     value = np.asarray(value, np.float32)
-    parts = [value] if count == 1 else [np.take(value, i, axis=stack_axis(path))
-                                        for i in range(count)]
-    return [np.ascontiguousarray(transform[1](part)) for part in parts]
+    axis = stack_axis(path)
+    if count == 1:
+        pieces = [value]
+    elif parts:
+        pieces = np.split(value, np.cumsum(parts)[:-1], axis=axis)
+    else:
+        pieces = [np.take(value, i, axis=axis) for i in range(count)]
+    return [np.ascontiguousarray(transform[1](piece)) for piece in pieces]
+
+
+Pick = Callable[[Any], "np.ndarray | None"]
+"""``pick(key)``: the tensor of a key (a name or a list of alternatives); None when absent."""
+
+
+def read_params(entries: list[Entry], pick: Pick, expected: Any, *,
+                missing: Callable[[Entry, Any], Exception],
+                mismatch: Callable[[Entry, list[np.ndarray], np.ndarray, Any], Exception],
+                fallback: Callable[[Entry, np.ndarray | None], Any] | None = None
+                ) -> dict[str, Any]:
+    """textkit params (numpy in ``expected``'s dtypes; ``expected``: a ``jax.eval_shape`` of
+    the params) from transformers' tensors: each entry's tensors picked, converted, joined and
+    shape-checked. ``missing(entry, key)`` / ``mismatch(entry, arrays, value, want)`` make the
+    errors; ``fallback(entry, value or None)`` may supply a leaf instead (a new head's fresh
+    weights) when a tensor is absent or its shape differs: it returns None to refuse."""
+    params: dict[str, Any] = {}
+    for entry in entries:
+        want = at(expected, entry.path)
+        arrays = [pick(key) for key in entry.keys]
+        value = None
+        if all(a is not None for a in arrays):
+            value = to_textkit(arrays, entry.transform, entry.path, entry.parts)
+            if tuple(value.shape) == tuple(want.shape):
+                put(params, entry.path, np.ascontiguousarray(value, np.dtype(want.dtype)))
+                continue
+        replacement = fallback(entry, value) if fallback is not None else None
+        if replacement is not None:
+            put(params, entry.path, np.asarray(replacement))
+        elif value is None:
+            raise missing(entry, entry.keys[[a is None for a in arrays].index(True)])
+        else:
+            raise mismatch(entry, arrays, value, want)
+    return params
+
+
+def write_tensors(entries: list[Entry], params: Any) -> dict[str, np.ndarray]:
+    """transformers' tensors (float32 numpy, under the first name of each key) of textkit
+    ``params``: the inverse of ``read_params``."""
+    tensors: dict[str, np.ndarray] = {}
+    for entry in entries:
+        names = [k[0] if isinstance(k, list) else k for k in entry.keys]
+        tensors.update(zip(names, to_torch(at(params, entry.path), len(names), entry.transform,
+                                           entry.path, entry.parts)))
+    return tensors
