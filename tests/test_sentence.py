@@ -112,12 +112,12 @@ def test_a_bare_encoder_is_pooled_as_asked():
     hidden = np.asarray(model.apply({"params": params}, **batch)["last_hidden_state"])
     mask = batch["attention_mask"][..., None]
     mean = (hidden * mask).sum(1) / mask.sum(1)
-    np.testing.assert_allclose(embed_texts((model, params, tokenizer), texts), mean,
+    np.testing.assert_allclose(embed_texts(pretrained, texts), mean,
                                rtol=0, atol=ATOL)
-    cls = embed_texts((model, params, tokenizer), texts, pooling="cls", normalize=True)
+    cls = embed_texts(pretrained, texts, pooling="cls", normalize=True)
     want = hidden[:, 0] / np.linalg.norm(hidden[:, 0], axis=1, keepdims=True)
     np.testing.assert_allclose(cls, want, rtol=0, atol=ATOL)
-    both = embed_texts((model, params, tokenizer), texts, pooling=("cls", "max"))
+    both = embed_texts(pretrained, texts, pooling=("cls", "max"))
     assert both.shape == (5, 64)
     np.testing.assert_allclose(both[:, 32:], np.where(mask > 0, hidden, -np.inf).max(1),
                                rtol=0, atol=ATOL)
@@ -194,5 +194,5 @@ def test_an_encoder_with_a_head_is_pooled_from_its_last_layer():
     model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     batch = tokenizer.encode_batch(TEXTS[:3])
     hidden = model.apply({"params": params}, **batch, output_hidden_states=True)["hidden_states"]
-    np.testing.assert_allclose(embed_texts((model, params, tokenizer), TEXTS[:3], pooling="cls"),
+    np.testing.assert_allclose(embed_texts(pretrained, TEXTS[:3], pooling="cls"),
                                np.asarray(hidden[-1][:, 0]), rtol=0, atol=ATOL)
