@@ -15,11 +15,13 @@ from textkit.decoding.contract import (
     prefill,
 )
 from textkit.decoding.filters import ExcludeTokensStep, top_k_top_p
+from textkit.decoding.generate import Generation, GenerationConfig, Generator
 from textkit.decoding.sampling import greedy_search, sample
 from textkit.decoding.translator import LongSourceWarning, Translator
 
 __all__ = [
-    "DecodeOutput", "Encoded", "ExcludeTokensStep", "LanguageModel", "LongSourceWarning",
+    "DecodeOutput", "Encoded", "ExcludeTokensStep", "Generation", "GenerationConfig",
+    "Generator", "LanguageModel", "LongSourceWarning",
     "Seq2SeqModel", "StepFn", "StepModel", "Translator", "beam_search", "greedy_search",
     "length_penalty", "model_step_fn", "prefill", "sample", "top_k_top_p",
 ]

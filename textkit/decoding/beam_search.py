@@ -54,6 +54,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from textkit.decoding.contract import (
@@ -95,7 +96,8 @@ def _take_beams(x: jax.Array, index: jax.Array) -> jax.Array:
 
 
 def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
-                beam_size: int, max_length: int, eos_id: int, alpha: float = 0.6,
+                beam_size: int, max_length: int, eos_id: int | tuple[int, ...],
+                alpha: float = 0.6,
                 length_offset: float = 5.0, n_best: int = 1,
                 max_lengths: jax.Array | None = None,
                 pad_id: int = 0, min_length: int = 0, forced_eos: bool = False,
@@ -111,7 +113,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         token of a prefix already fed to ``cache``, see ``prefill``).
       beam_size: K alive and K finished hypotheses per row.
       max_length: L, static size of the token axis and the global cap on generated tokens.
-      eos_id / pad_id: end-of-sequence id; id written after EOS and in empty slots.
+      eos_id / pad_id: end-of-sequence id (or a tuple of ids, each ending a hypothesis; the
+        first is the one ``forced_eos`` forces); id written after EOS and in empty slots.
       alpha, length_offset: GNMT length penalty
         ``((length_offset + n) / (length_offset + 1)) ** alpha``.
       n_best: hypotheses returned per row (<= beam_size).
@@ -134,14 +137,17 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
     check_max_length(max_length)
     batch = batch_size_of(cache)
     start = start_token_array(start_tokens, batch)
-    vocab = check_decoding(step_fn, params, cache, start_tokens, start,
-                           max_length=max_length, eos_id=eos_id, pad_id=pad_id)
+    eos_ids = (eos_id,) if isinstance(eos_id, int | np.integer) else tuple(eos_id)
+    vocab = 0
+    for eos in eos_ids:
+        vocab = check_decoding(step_fn, params, cache, start_tokens, start,
+                               max_length=max_length, eos_id=eos, pad_id=pad_id)
     return _beam_search(
         step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha),
         jnp.float32(length_offset),
         jnp.int32(min_length), beam_size=beam_size, width=min(beam_size, vocab),
-        max_length=max_length, eos_id=eos_id,
+        max_length=max_length, eos_id=tuple(int(e) for e in eos_ids),
         n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish,
         fresh=may_grow(step_fn, start_tokens))
 
@@ -177,7 +183,7 @@ class _Search(NamedTuple):
     lp_cap: jax.Array
     beams: int
     max_length: int
-    eos_id: int
+    eos_ids: tuple[int, ...]
     n_best: int
     forced_eos: bool
     hf_finish: bool
@@ -186,24 +192,29 @@ class _Search(NamedTuple):
 def _select(search: _Search, state: _BeamState,
             top: Candidates) -> tuple[_BeamState, jax.Array]:
     """The search after one step: ``top`` holds each alive hypothesis' W best extensions by a
-    token other than EOS (values / ids [B, K, W], W = min(K, V)) and its EOS log-prob (kept
-    [B, K, 1]). Returns the new state (its cache not yet moved) and the parent beam int32[B, K]
-    of each new alive hypothesis."""
+    token other than EOS (values / ids [B, K, W], W = min(K, V)) and its log-probs of the E EOS
+    ids (kept [B, K, E]). Returns the new state (its cache not yet moved) and the parent beam
+    int32[B, K] of each new alive hypothesis."""
     batch, beams, width = top.values.shape
-    eos_id, caps = search.eos_id, search.caps
+    eos_ids, caps = search.eos_ids, search.caps
+    ends = len(eos_ids)
     positions = jnp.arange(search.max_length, dtype=jnp.int32)                  # [L]
     new_length = state.step + 1                                                 # []
     lp_now = length_penalty(new_length, search.alpha, search.length_offset)  # []
-    values, eos_lp = top.values, top.kept[:, :, 0]                              # [B, K, W], [B, K]
-    if search.forced_eos:   # at the cap only EOS (log-prob 0), as ``force_eos``
-        forced = (new_length >= caps)[:, None]                                  # [B, 1]
-        values = jnp.where(forced[:, :, None], NEG_INF, values)
-        eos_lp = jnp.where(forced, 0.0, eos_lp)
-    # Finishing with EOS: one candidate per alive hypothesis.
-    eos_logp = state.alive_logp + eos_lp                                        # [B, K]
-    eos_logp = jnp.where(new_length >= search.min_length, eos_logp, NEG_INF)    # [B, K]
+    values, eos_lp = top.values, top.kept                                       # [B,K,W], [B,K,E]
+    if search.forced_eos:   # at the cap only the first EOS (log-prob 0), as ``force_eos``
+        forced = (new_length >= caps)[:, None, None]                            # [B, 1, 1]
+        values = jnp.where(forced, NEG_INF, values)
+        first = jnp.where(jnp.arange(ends) == 0, 0.0, NEG_INF)                  # [E]
+        eos_lp = jnp.where(forced, first, eos_lp)
+    # Finishing with EOS: one candidate per alive hypothesis and EOS id.
+    eos_logp = state.alive_logp[:, :, None] + eos_lp                            # [B, K, E]
+    eos_logp = jnp.where(new_length >= search.min_length, eos_logp,
+                         NEG_INF).reshape(batch, beams * ends)                  # [B, K*E]
     write = positions == state.step                                             # [L]
-    eos_tokens = jnp.where(write, eos_id, state.alive_tokens)                   # [B, K, L]
+    eos_tokens = jnp.where(write, jnp.asarray(eos_ids, jnp.int32)[:, None],
+                           state.alive_tokens[:, :, None, :])                   # [B, K, E, L]
+    eos_tokens = eos_tokens.reshape(batch, beams * ends, -1)                    # [B, K*E, L]
     # Going on: the K best of the K x W extensions by any token but EOS. They are the K best
     # of all K x V (each lies among its own hypothesis' W best); ties keep the lower
     # hypothesis, then the lower token, as a top-K over the flat K x V does.
@@ -223,7 +234,8 @@ def _select(search: _Search, state: _BeamState,
     pool_tokens = jnp.concatenate(
         [state.finished_tokens, eos_tokens, top_tokens], 1)                     # [B, 3K, L]
     pool_lengths = jnp.concatenate(
-        [state.finished_lengths, jnp.full((batch, 2 * beams), new_length, jnp.int32)], 1)
+        [state.finished_lengths, jnp.full((batch, beams * ends + beams), new_length,
+                                          jnp.int32)], 1)
     finished_scores, keep = lax.top_k(pool_scores, beams)                       # [B, K]
     # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
     # hf_finish: transformers' heuristic (K finished, the current length's penalty)
@@ -248,8 +260,8 @@ def _select(search: _Search, state: _BeamState,
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
                  beam_size: int, width: int,
-                 max_length: int, eos_id: int, n_best: int, pad_id: int, forced_eos: bool,
-                 hf_finish: bool, fresh: bool) -> DecodeOutput:
+                 max_length: int, eos_id: tuple[int, ...], n_best: int, pad_id: int,
+                 forced_eos: bool, hf_finish: bool, fresh: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``width``:
     the candidates kept per hypothesis and step, min(K, V); ``fresh``: the cache holds nothing
     decoded yet (it grows in segments)."""
@@ -262,7 +274,7 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     def expand(state: _BeamState) -> _BeamState:
         top, new_cache = step_candidates(
             step_fn, params, state.cache, state.last_tokens.reshape(batch * beams), width,
-            (eos_id,))                                                          # [B*K, W]
+            eos_id)                                                             # [B*K, W]
         new_state, parent = _select(search, state, Candidates(
             *(x.reshape(batch, beams, -1) for x in top)))                       # [B, K, W]
         return new_state._replace(cache=reorder_beams(
@@ -274,7 +286,7 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         lengths, first_cache = (max_length,), cache
     # Step 0 on the B rows: every hypothesis of a row starts from the same prefix.
     top, first_cache = step_candidates(step_fn, params, first_cache, start, width,
-                                       (eos_id,))                               # [B, W]
+                                       eos_id)                                  # [B, W]
     first_beam_only = jnp.where(jnp.arange(beams) == 0, 0.0, NEG_INF)           # [K]
     state, _ = _select(search, _BeamState(
         step=jnp.zeros((), jnp.int32),
