@@ -8,6 +8,13 @@ separate environment and commit what it writes::
         safetensors numpy tokenizers
     /tmp/hfenv/bin/python tools/make_tiny_decoders.py [--out tests/fixtures/decoders]
 
+    # textkit's exports of every fixture (textkit's environment), then the check with torch:
+    .venv/bin/python -c "from textkit.pretrained import load_pretrained as l, save_pretrained as s
+    for n in ('gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'gemma'):
+        p = l(f'tests/fixtures/decoders/{n}'); s(p.model, p.params, p.tokenizer,
+                                                  f'/tmp/dec_exports/{n}', generation=p.generation)"
+    /tmp/hfenv/bin/python tools/make_tiny_decoders.py --check /tmp/dec_exports
+
 One directory per family (``gpt2``, ``llama`` with grouped-query attention, Llama-3's
 ``rope_scaling`` and untied embeddings, ``mistral`` with a sliding window of 4 tokens, shorter
 than the prompts, ``qwen2`` with q/k/v biases and tied embeddings, ``qwen3`` with q/k norms and a
@@ -202,10 +209,39 @@ def sampling_reference(out: Path) -> None:
                                                    "cases": cases}) + "\n")
 
 
+def check(exports: Path, fixtures: Path) -> None:
+    """transformers loads each export of textkit's and gives the fixture's logits and ids."""
+    from transformers import AutoTokenizer
+
+    for name in CONFIGS:
+        model = AutoModelForCausalLM.from_pretrained(exports / name,
+                                                     attn_implementation="eager").eval()
+        arrays = np.load(fixtures / name / "reference.npz")
+        worst = 0.0
+        with torch.no_grad():
+            for side in ("left", "right"):
+                mask = arrays[f"{side}_mask"]
+                positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+                logits = model(torch.tensor(arrays[f"{side}_ids"]),
+                               attention_mask=torch.tensor(mask),
+                               position_ids=torch.tensor(positions)).logits.numpy()
+                worst = max(worst, float(np.abs(logits - arrays[f"{side}_logits"])[
+                    mask.astype(bool)].max()))
+        text = "the quick brown fox"
+        same = (AutoTokenizer.from_pretrained(exports / name)(text)["input_ids"]
+                == AutoTokenizer.from_pretrained(fixtures / name)(text)["input_ids"])
+        print(f"{name}: max |logits - reference| {worst:.1e}, tokenizer ids equal: {same}")
+        assert worst == 0.0 and same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("tests/fixtures/decoders"))
+    parser.add_argument("--check", type=Path, help="a folder of textkit's exports to check")
     args = parser.parse_args()
+    if args.check:
+        check(args.check, args.out)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     for seed, name in enumerate(CONFIGS):
         build(name, args.out, seed)

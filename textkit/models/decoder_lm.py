@@ -335,9 +335,10 @@ class DecoderLM(nn.Module):
         return self._logits(self.hidden_states(tokens, mask, deterministic=deterministic))
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Any]:
-        """Empty cache of ``max_length`` slots (see the module docstring)."""
+        """Empty cache of ``max_length`` slots (see the module docstring). Slots are not
+        positions (left padding takes slots only); callers keep each row's positions within
+        ``max_positions`` (``Generator`` refuses or cuts a prompt that would pass it)."""
         c = self.config
-        c.check_length(max_length, "the decoding cache (max_length)")
         kv = jnp.zeros((batch_size, c.kv_heads, max_length, c.depth), c.policy.compute_dtype)
         return {"layers": tuple({"key": kv, "value": kv} for _ in range(c.num_layers)),
                 "valid": jnp.zeros((batch_size, max_length), bool),

@@ -172,7 +172,8 @@ def hf_config(config: DecoderLMConfig) -> dict[str, Any]:
     """The ``config.json`` dict of ``config`` (inverse of ``decoder_config``)."""
     family = config.architecture
     common = {"model_type": family, "architectures": [ARCHITECTURES[family]],
-              "vocab_size": config.vocab_size, "tie_word_embeddings": config.tie_embeddings}
+              "vocab_size": config.vocab_size, "tie_word_embeddings": config.tie_embeddings,
+              "pad_token_id": config.pad_id}
     if family == "gpt2":
         return {**common, "n_embd": config.hidden_size, "n_layer": config.num_layers,
                 "n_head": config.num_heads, "n_inner": config.intermediate_size,
@@ -186,8 +187,7 @@ def hf_config(config: DecoderLMConfig) -> dict[str, Any]:
           "head_dim": config.depth, "intermediate_size": config.intermediate_size,
           "hidden_act": config.activation, "rms_norm_eps": config.norm_epsilon,
           "max_position_embeddings": config.max_position_embeddings, "rope_parameters": rope,
-          "attention_bias": config.out_bias, "attention_dropout": config.attention_dropout,
-          "pad_token_id": config.pad_id}
+          "attention_bias": config.out_bias, "attention_dropout": config.attention_dropout}
     if family == "llama":
         hf["mlp_bias"] = config.mlp_bias
     if family == "gemma":
