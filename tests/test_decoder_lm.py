@@ -193,3 +193,20 @@ def test_bad_prompts_and_settings_are_refused():
                 {"max_new_tokens": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GenerationConfig(**bad)
+
+
+def test_generate_recipe_prints_jsonl_in_input_order(capsys):
+    from textkit.cli.generate import main
+
+    ref = reference("mistral")
+    prompts = [" ".join(map(str, p)) for p in ref["prompts"][:3]]
+    assert main(["--pretrained", str(FIXTURES / "mistral"), "--jsonl", "--max-new-tokens", "4",
+                 *[a for p in prompts for a in ("--prompt", p)]]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    tokenizer = loaded("mistral").tokenizer
+    generator = Generator.from_pretrained(loaded("mistral"), max_new_tokens=4)
+    want = generator.generate(loaded("mistral").params, prompts)
+    assert [r["token_ids"] for r in rows] == [w.token_ids for w in want]
+    assert [r["text"] for r in rows] == [tokenizer.decode(w.token_ids) for w in want]
+    assert main(["--pretrained", str(FIXTURES / "mistral"), "--chat", "--prompt", "x"]) == 2
+    assert "no chat_template" in capsys.readouterr().err
