@@ -55,7 +55,8 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     assert config["id2label"] == {"0": "neg", "1": "pos"}    # the training file's sorted labels
 
     # the export's own logits, computed here: the reference for --predict and the summary
-    model, params, tokenizer = load_pretrained(export)
+    pretrained = load_pretrained(export)
+    model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
     expected = []
     for text, _ in valid_rows:
         batch = tokenizer.encode_batch([text], max_length=16)

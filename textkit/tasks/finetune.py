@@ -300,10 +300,11 @@ class EncoderTask(Task):
         config = self.config
         self._model = None
         if config.pretrained and config.init == "pretrained":
-            model, params, tokenizer = load_pretrained(
+            loaded = load_pretrained(
                 config.pretrained, policy=Policy.parse(config.precision),
                 **self.head_overrides(), **config.overrides)
-            self.pretrained_params, self._model = params, model
+            self.pretrained_params, self._model = loaded.params, loaded.model
+            tokenizer = loaded.tokenizer
             source = config.pretrained
         elif config.pretrained:
             root = Path(config.pretrained)

@@ -405,8 +405,8 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
 # ------------------------------------------------------------------------- pretrained models
 def init_from(path: str, precision: str = "float32",
               overrides: str | Mapping[str, Any] = "") -> Any:
-    """A Marian / OPUS-MT checkpoint directory ready to fine-tune: ``Pretrained(model,
-    params, src_tokenizer, tgt_tokenizer)`` (``textkit.pretrained.load_pretrained``) with the
+    """A Marian / OPUS-MT checkpoint directory ready to fine-tune: a translation
+    ``Pretrained`` (``textkit.pretrained.load_pretrained``) with the
     ``precision`` policy and config ``overrides`` (e.g. "dropout=0.1"); params as jax arrays.
     The source tokenizer appends EOS (as the model was trained), the target one does not (the
     loader adds it); decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
@@ -415,8 +415,11 @@ def init_from(path: str, precision: str = "float32",
         pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"--init-from: {err}") from None
-    pretrained.tgt_tokenizer.add_eos = False
-    return pretrained._replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params))
+    if pretrained.kind != "translation":
+        raise ConfigError(f"--init-from {path}: a {pretrained.kind} checkpoint, not a "
+                          f"translation model")
+    pretrained.target_tokenizer.add_eos = False
+    return pretrained.replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params))
 
 
 # ------------------------------------------------------------------------------------ the task
@@ -576,7 +579,8 @@ class TranslationTask(Task):
         if config.init_from:
             self.pretrained = init_from(config.init_from, config.precision,
                                         config.model_overrides)
-            self.src_tokenizer, self.tgt_tokenizer = self.pretrained[2:]
+            self.src_tokenizer = self.pretrained.tokenizer
+            self.tgt_tokenizer = self.pretrained.target_tokenizer
             return
         self.src_tokenizer, self.tgt_tokenizer = tokenizers(
             self.run, config.joint_spm, data.get("train"), config.spm_vocab_size,
