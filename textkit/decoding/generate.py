@@ -251,12 +251,18 @@ class Generator:
     ``truncate``: a prompt longer than the positions left for ``max_new_tokens`` is cut from the
     left, with a warning naming it; False (default) refuses it with a ``ValueError`` naming
     its index and both lengths. An empty prompt generates from the tokenizer's BOS (a
-    ``ValueError`` when it has none).
+    ``ValueError`` when it has none). ``quantize="int8"``: int8 weights (``Dense`` kernels and
+    the embedding table, ``textkit.models.kernels.quantize_int8``; CPU inference), made once
+    from the params of the first call and kept while the same params are passed.
     """
 
     def __init__(self, model: Any, tokenizer: Any, config: GenerationConfig | None = None, *,
-                 batch_size: int = 16, truncate: bool = False):
+                 batch_size: int = 16, truncate: bool = False, quantize: str | None = None):
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize={quantize!r}; expected None or 'int8'")
         self.model, self.tokenizer = model, tokenizer
+        self.quantize = quantize
+        self._quantized: tuple[PyTree, PyTree] | None = None
         config = config or GenerationConfig()
         if not config.eos_ids:
             config = dataclasses.replace(config, eos_ids=tuple(tokenizer.eos_ids))
@@ -272,10 +278,11 @@ class Generator:
     def from_pretrained(cls, loaded: Any, **options: Any) -> Generator:
         """A generator for a ``load_pretrained`` result of kind "causal_lm", following its
         ``generation_config.json``; ``options``: ``GenerationConfig`` fields, ``batch_size``,
-        ``truncate``."""
+        ``truncate``, ``quantize``."""
         if loaded.kind != "causal_lm":
             raise ValueError(f"Generator needs a causal_lm checkpoint; got {loaded.kind}")
-        own = {k: options.pop(k) for k in ("batch_size", "truncate") if k in options}
+        own = {k: options.pop(k) for k in ("batch_size", "truncate", "quantize")
+               if k in options}
         config = GenerationConfig.from_dict(loaded.generation, "generation_config.json",
                                             **options)
         return cls(loaded.model, loaded.tokenizer, config, **own)
@@ -369,8 +376,21 @@ class Generator:
                           **{**options, "max_new_tokens": options.get(
                               "max_new_tokens", self.config.max_new_tokens)})
 
+    def _weights(self, params: PyTree) -> PyTree:
+        """``params``, or their int8 copy (``quantize="int8"``; made once per params)."""
+        if self.quantize is None:
+            return params
+        if self._quantized is None or self._quantized[0] is not params:
+            from textkit.models.kernels import int8_carrier, quantize_int8
+
+            self._quantized = (params, quantize_int8(
+                self.model, params, jnp.zeros((1, 8), jnp.int32),
+                carrier=int8_carrier(self.batch_size)))
+        return self._quantized[1]
+
     def _run(self, params: PyTree, prompts: Sequence[str | Sequence[int]], seed: int,
              options: dict[str, Any], *, stream: bool) -> Iterator[tuple[int, Any]]:
+        params = self._weights(params)
         chunk = options.pop("_chunk", None)
         config = dataclasses.replace(self.config, **options) if options else self.config
         if isinstance(prompts, str):
