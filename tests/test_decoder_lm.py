@@ -212,6 +212,7 @@ def test_generate_recipe_prints_jsonl_in_input_order(capsys):
     assert "no chat_template" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_int8_weights_mostly_keep_the_greedy_choice():
     """int8 weights round every matrix: most first choices stay (a measure, not identity)."""
     pretrained, ref = loaded("gpt2"), reference("gpt2")
