@@ -53,7 +53,7 @@ from textkit.data import toy_sentiment  # noqa: E402
 from textkit.data.labelled_text import read_labelled  # noqa: E402
 from textkit.models import Encoder, EncoderConfig  # noqa: E402
 from textkit.pretrained import EncoderTokenizer, save_pretrained  # noqa: E402
-from textkit.tasks.finetune import token_buckets, train_wordpiece  # noqa: E402
+from textkit.tasks.encoder_task import token_buckets, train_wordpiece  # noqa: E402
 
 BERT_MINI = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
 ROWS_PER_STEP = 32

@@ -168,7 +168,7 @@ def epoch(work: Path, batch_tokens: int) -> dict:
             SimpleNamespace(root=work / "run"),
             ParallelLines(work / "train.en", work / "train.de"), tokenizer, tokenizer),
             max_length=128)
-        loader = translation.make_loader(store, batch_tokens, pad_id=tokenizer.pad_id,
+        loader = translation.seq2seq_loader(store, batch_tokens, pad_id=tokenizer.pad_id,
                                          bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
                                          num_buckets=16, seed=0, num_workers=1)
         setup_s = time.perf_counter() - start
@@ -197,7 +197,7 @@ def in_memory(work: Path, batch_tokens: int) -> dict:
         start = time.perf_counter()
         pairs = list(ParallelTextDataset(work / "train.en", work / "train.de"))
         samples = translation.encode_pairs(pairs, tokenizer, tokenizer, max_length=128)
-        loader = translation.make_loader(samples, batch_tokens, pad_id=tokenizer.pad_id,
+        loader = translation.seq2seq_loader(samples, batch_tokens, pad_id=tokenizer.pad_id,
                                          bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
                                          num_buckets=16, seed=0, num_workers=1)
         load_s = time.perf_counter() - start

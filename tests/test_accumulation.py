@@ -30,12 +30,12 @@ def seq2seq_batch(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
 def model_and_params(policy: str = "float32"):
     model = get_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50, dropout=0.0,
                       pad_id=0, policy=policy)
-    params = translation.init_params(model, jax.random.PRNGKey(0))
+    params = translation.init_seq2seq_params(model, jax.random.PRNGKey(0))
     return model, params
 
 
 def run_steps(model, params, optimizer, batch, accum_steps: int, steps: int = 2):
-    loss_fn = translation.make_loss(model, label_smoothing=0.1)
+    loss_fn = translation.seq2seq_loss_fn(model, label_smoothing=0.1)
     step = make_train_step(loss_fn, optimizer, accum_steps=accum_steps, donate=False)
     state = create_train_state(params, optimizer, jax.random.PRNGKey(1))
     history = []
@@ -80,7 +80,7 @@ def test_accumulation_under_mixed_float16_skips_the_whole_update_on_one_overflow
     batch["src_tokens"][1::N] = np.where(batch["src_tokens"][1::N] > 0, 4, 0)
     batch["src_tokens"][1, 0] = vocab_row
     assert not np.isin(vocab_row, np.delete(batch["src_tokens"], np.s_[1::N], axis=0))
-    loss_fn = translation.make_loss(model)
+    loss_fn = translation.seq2seq_loss_fn(model)
     step = make_train_step(loss_fn, optimizer, accum_steps=N, donate=False)
     state = create_train_state(poisoned, optimizer, jax.random.PRNGKey(1))
     new_state, metrics = step(state, batch)
@@ -94,7 +94,7 @@ def test_accumulation_under_mixed_float16_skips_the_whole_update_on_one_overflow
 @pytest.mark.slow
 def test_accumulation_rejects_bad_settings():
     model, params = model_and_params()
-    loss_fn = translation.make_loss(model)
+    loss_fn = translation.seq2seq_loss_fn(model)
     with pytest.raises(ValueError, match="accum_steps must be >= 1"):
         make_train_step(loss_fn, optax.sgd(0.1), accum_steps=0)
     with pytest.raises(ValueError, match="carry"):
@@ -107,9 +107,9 @@ def test_accumulation_rejects_bad_settings():
 
 def test_loader_batches_hold_accum_steps_micro_batches():
     samples = [([5] * (1 + i % 7), [6] * (1 + i % 5)) for i in range(400)]
-    plain = translation.make_loader(samples, 64, pad_id=0, bos_id=1, eos_id=2, shuffle=False,
+    plain = translation.seq2seq_loader(samples, 64, pad_id=0, bos_id=1, eos_id=2, shuffle=False,
                                     batch_rows_multiple=2)
-    grouped = translation.make_loader(samples, 64, pad_id=0, bos_id=1, eos_id=2, shuffle=False,
+    grouped = translation.seq2seq_loader(samples, 64, pad_id=0, bos_id=1, eos_id=2, shuffle=False,
                                       batch_rows_multiple=2, accum_steps=N)
     for shape in grouped.batch_sampler.bucket_shapes:
         assert shape.rows % (2 * N) == 0

@@ -176,10 +176,11 @@ def run_dir(tmp_path_factory) -> Path:
     (root / "config.json").write_text(json.dumps(config))
     pairs = [(line, line) for line in NORMAL * 20]
     src_tok, _ = translation.tokenizers(run, True, pairs, vocab_size=60)
-    model = translation.build_model(
+    model = translation.seq2seq_preset(
         "transformer_tiny", src_vocab_size=len(src_tok), tgt_vocab_size=len(src_tok),
         pad_id=src_tok.pad_id, shared_vocab=True, **parse_overrides(OVERRIDES))
-    params = never_eos(model, translation.init_params(model, jax.random.PRNGKey(0)), src_tok)
+    params = translation.init_seq2seq_params(model, jax.random.PRNGKey(0))
+    params = never_eos(model, params, src_tok)
     run.save_final(0, params, "test")
     return root
 
@@ -187,10 +188,11 @@ def run_dir(tmp_path_factory) -> Path:
 def translator_of(run_dir: Path, **options):
     run = RunDir(run_dir)
     tok, _ = translation.tokenizers(run, True)
-    model = translation.build_model(
+    model = translation.seq2seq_preset(
         "transformer_tiny", src_vocab_size=len(tok), tgt_vocab_size=len(tok),
         pad_id=tok.pad_id, shared_vocab=True, **parse_overrides(OVERRIDES))
-    target = jax.eval_shape(lambda k: translation.init_params(model, k), jax.random.PRNGKey(0))
+    target = jax.eval_shape(lambda k: translation.init_seq2seq_params(model, k),
+                            jax.random.PRNGKey(0))
     params, _ = run.load_final(target)
     return Translator(model, tok, tok, beam_size=2, batch_size=4, **options), params, tok
 

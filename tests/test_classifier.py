@@ -22,7 +22,7 @@ from textkit.models.classifier import (
     with_embedding_matrix,
 )
 from textkit.precision import Policy
-from textkit.tasks.classification import make_loss
+from textkit.tasks.word_vector_classification import classifier_loss_fn
 from textkit.training import create_train_state, freeze, make_train_step, max_norm
 
 V, D, PAD = 40, 8, 1
@@ -145,7 +145,7 @@ def test_multichannel_tables_survive_a_donating_train_step():
     assert (embed["frozen_embedding"].unsafe_buffer_pointer()
             != embed["embedding"].unsafe_buffer_pointer())
     tx = freeze(optax.adam(1e-2), trainable_mask)
-    step = make_train_step(make_loss(model), tx)  # donates the state
+    step = make_train_step(classifier_loss_fn(model), tx)  # donates the state
     state = create_train_state(params, tx, jax.random.key(3))  # the step wraps threefry data
     batch = {"tokens": TOKENS, "labels": np.array([0, 1, 1, 0], np.int32),
              "weights": np.array([1, 1, 1, 0], np.float32)}

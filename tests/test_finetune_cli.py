@@ -13,7 +13,7 @@ import numpy as np
 
 from textkit.cli.finetune import RESUME_KEYS, finetune
 from textkit.pretrained import load_pretrained
-from textkit.tasks import TextClassificationTask
+from textkit.tasks import SequenceClassificationTask
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "encoders" / "bert_seqcls"
 
@@ -38,7 +38,7 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     train = _tsv(tmp_path / "train.tsv", _rows(24, 0))
     valid_rows = _rows(10, 1)
     valid = _tsv(tmp_path / "valid.tsv", valid_rows)
-    summary = finetune(TextClassificationTask, [
+    summary = finetune(SequenceClassificationTask, [
         "--pretrained", str(FIXTURE), "--train-file", train, "--valid-file", valid,
         "--max-steps", "2", "--eval-every", "2", "--batch-tokens", "128", "--num-buckets", "1",
         "--max-length", "16", "--no-progress", "--no-tensorboard",
@@ -65,7 +65,7 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     accuracy = np.mean([label == gold for label, (_, gold) in zip(expected, valid_rows)])
     assert summary["valid_accuracy"] == accuracy
 
-    out = finetune(TextClassificationTask, [
+    out = finetune(SequenceClassificationTask, [
         "--pretrained", str(export), "--predict", valid, "--max-length", "16",
         "--save-dir", str(tmp_path / "predict")], "test")
     assert out["count"] == 10

@@ -134,7 +134,7 @@ def test_best_answer_searches_windows_and_respects_limits():
 
 
 def _tokenizer():
-    from textkit.tasks.finetune import train_wordpiece
+    from textkit.tasks.encoder_task import train_wordpiece
     texts = [q.context for q in toy_questions("train", 200)] + ["what is the of ?"]
     return train_wordpiece(texts, 300, "bert")
 
@@ -215,7 +215,7 @@ def test_read_conll_and_its_errors(tmp_path):
 
 
 def test_label_alignment_round_trips_on_generated_sentences():
-    from textkit.tasks.finetune import train_wordpiece
+    from textkit.tasks.encoder_task import train_wordpiece
     sentences = toy_entities("train", 100)
     tokenizer = train_wordpiece([" ".join(s.tokens) for s in sentences], 120, "bert")
     _round_trip(tokenizer, sentences)
@@ -320,7 +320,7 @@ def test_encoder_batchify_pads_to_the_bucket_shape():
 
 
 def test_classification_scores_on_hand_made_cases():
-    from textkit.tasks.text_classification import classification_scores
+    from textkit.tasks.sequence_classification import classification_scores
     gold = np.array([1, 1, 1, 0, 0, 0])
     predicted = np.array([1, 1, 0, 1, 0, 0])       # tp 2, fp 1, fn 1, tn 2
     scores = classification_scores(predicted, gold, regression=False, num_labels=2)

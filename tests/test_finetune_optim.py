@@ -1,4 +1,4 @@
-"""The fine-tuning optimizer (``textkit.tasks.finetune.adamw``): warm-up then linear decay, no
+"""The fine-tuning optimizer (``textkit.tasks.encoder_task.adamw``): warm-up then linear decay, no
 weight decay on biases and norm scales, layer-wise learning-rate decay by depth."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textkit.tasks.finetune import adamw, layer_depths
+from textkit.tasks.encoder_task import adamw, layer_depths
 
 PARAMS = {"word_embeddings": {"embedding": jnp.ones((4, 2))},
           "layer_0": {"wi": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)},

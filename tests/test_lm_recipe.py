@@ -40,7 +40,7 @@ def random_stream(length: int, seed: int) -> np.ndarray:
 def test_eval_state_carry_equals_whole_sequence(tiny_lm):
     model, params = tiny_lm
     ids = random_stream(61, seed=1)
-    eval_step = lm.make_eval_step(model, excluded_ids=(PAD,))
+    eval_step = lm.lm_eval_step(model, excluded_ids=(PAD,))
     carried, count = stream_nll(eval_step, params, stream_windows(ids, 7, EOS, PAD),
                                 model.initial_state(1))
     assert count == len(ids)
@@ -64,9 +64,9 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
     model, params = tiny_lm
     windows = BPTTBatches(random_stream(3 * 23, seed=2), batch_size=3, seq_len=5,
                           last_batch="keep", pad_id=PAD)      # 22 targets/row: last window padded
-    optimizer = lm.optimizer("sgd", 0.0, clip_norm=5.0)[0]        # lr 0: params stay put
+    optimizer = lm.lm_optimizer("sgd", 0.0, clip_norm=5.0)[0]        # lr 0: params stay put
     state = create_train_state(params, optimizer, jax.random.key(1))
-    train_step = lm.make_train_step(model, optimizer, excluded_ids=(PAD,), donate=False)
+    train_step = lm.lm_train_step(model, optimizer, excluded_ids=(PAD,), donate=False)
     carry = model.initial_state(3)
     for window in windows:
         state, carry, metrics = train_step(state, window, carry)
@@ -81,9 +81,9 @@ def test_train_step_carries_state_through_the_jitted_step(tiny_lm):
 def test_learning_rate_is_optimizer_state(tiny_lm):
     model, params = tiny_lm
     window = BPTTBatches(random_stream(2 * 9, seed=3), 2, 8, pad_id=PAD)[0]
-    optimizer = lm.optimizer("sgd", 1.0, clip_norm=None)[0]
+    optimizer = lm.lm_optimizer("sgd", 1.0, clip_norm=None)[0]
     state = create_train_state(params, optimizer, jax.random.key(2))
-    train_step = lm.make_train_step(model, optimizer, donate=False)
+    train_step = lm.lm_train_step(model, optimizer, donate=False)
     carry = model.initial_state(2)
 
     full, _, _ = train_step(state, window, carry)
@@ -100,7 +100,7 @@ def test_learning_rate_is_optimizer_state(tiny_lm):
     for a, b in zip(jax.tree.leaves(step_full), jax.tree.leaves(step_half)):
         np.testing.assert_allclose(b, 0.5 * a, rtol=1e-4, atol=1e-6)  # f32 rounding
 
-    adam = lm.optimizer("adam", 1e-3, clip_norm=1.0)[0]
+    adam = lm.lm_optimizer("adam", 1e-3, clip_norm=1.0)[0]
     assert learning_rate_of(with_learning_rate(adam.init(params), 2e-4)) == pytest.approx(2e-4)
     with pytest.raises(ValueError, match="learning_rate"):
         learning_rate_of(jax.numpy.zeros(()))
@@ -182,7 +182,7 @@ def test_sliding_window_evaluation_of_a_transformer_lm():
     model = get_model("transformer_lm_tiny", vocab_size=VOCAB, pad_id=PAD, dropout=0.0)
     params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     ids = random_stream(50, seed=4)
-    eval_step = lm.make_eval_step(model, excluded_ids=(PAD,))
+    eval_step = lm.lm_eval_step(model, excluded_ids=(PAD,))
     disjoint = stream_nll(eval_step, params, stream_windows(ids, 8, EOS, PAD), None, reset=True)
     same = stream_nll(eval_step, params, lm.sliding_windows(ids, 8, 8, EOS, PAD), None,
                       reset=True)

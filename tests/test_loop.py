@@ -186,7 +186,7 @@ def test_with_loss_scaling_follows_the_policy():
 
 def budget_optimizer(total_steps=1000, ema_decay=None):
     from textkit.tasks import translation
-    return translation.optimizer(0.05, 2, 1.0, schedule="budget", total_steps=total_steps,
+    return translation.seq2seq_optimizer(0.05, 2, 1.0, schedule="budget", total_steps=total_steps,
                                  decay_fraction=0.5, ema_decay=ema_decay)[0]
 
 

@@ -17,7 +17,12 @@ from textkit.batchify import BatchShape
 from textkit.data import toy_translation
 from textkit.errors import TextkitError
 from textkit.tasks import translation
-from textkit.tasks.translation import Seq2SeqBatchify, bleu_scores, build_model, init_params
+from textkit.tasks.translation import (
+    Seq2SeqBatchify,
+    bleu_scores,
+    init_seq2seq_params,
+    seq2seq_preset,
+)
 from textkit.training import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +76,7 @@ def test_batchify_builds_shifted_targets_and_dummy_rows():
 def test_loader_shapes_are_the_bucket_shapes():
     samples = [(list(range(4, 4 + n)), list(range(4, 4 + m)))
                for n, m in zip(range(1, 41), range(40, 0, -1))]
-    loader = translation.make_loader(samples, 256, pad_id=1, bos_id=2, eos_id=3, num_buckets=3)
+    loader = translation.seq2seq_loader(samples, 256, pad_id=1, bos_id=2, eos_id=3, num_buckets=3)
     allowed = {(s.rows, *s.lengths) for s in loader.batch_sampler.bucket_shapes}
     batches = list(loader)
     seen = {(b["src_tokens"].shape[0], b["src_tokens"].shape[1], b["tgt_input"].shape[1])
@@ -80,11 +85,11 @@ def test_loader_shapes_are_the_bucket_shapes():
     assert sum(int((b["src_lengths"] > 0).sum()) for b in batches) == len(samples)
 
 
-def test_build_model_rejects_unknown_fields():
+def test_seq2seq_preset_rejects_unknown_fields():
     with pytest.raises(ValueError, match="no config field"):
-        build_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50,
+        seq2seq_preset("transformer_tiny", src_vocab_size=50, tgt_vocab_size=50,
                                 pad_id=1, not_a_field=3)
-    model = build_model("transformer_tiny", src_vocab_size=50, tgt_vocab_size=60,
+    model = seq2seq_preset("transformer_tiny", src_vocab_size=50, tgt_vocab_size=60,
                                     pad_id=1, precision="mixed_bfloat16")
     assert not model.config.share_embeddings
     assert str(model.config.policy) == "params=float32,compute=bfloat16,output=float32"
@@ -191,7 +196,8 @@ def test_translate_script_reproduces_the_test_evaluation(runs, tmp_path):
 @pytest.mark.slow
 def test_final_params_load_for_translation(runs):
     trained = translation.load_trained(runs["root"] / "whole")
-    target = jax.eval_shape(lambda key: init_params(trained.model, key), jax.random.PRNGKey(0))
+    target = jax.eval_shape(lambda key: init_seq2seq_params(trained.model, key),
+                            jax.random.PRNGKey(0))
     assert trained.source.startswith(runs["whole"]["evaluated"])
     assert jax.tree_util.tree_structure(trained.params) == jax.tree_util.tree_structure(target)
     assert trained.config["model"] == runs["whole"]["config"]["model"]

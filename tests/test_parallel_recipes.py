@@ -132,7 +132,7 @@ def test_nmt_two_process_shards_make_the_one_process_global_batches(nmt_runs):
                            tgt_tok, max_length=128)
 
     def loader(budget: int, shards: int, shard: int, multiple: int):
-        return translation.make_loader(samples, budget, pad_id=tgt_tok.pad_id,
+        return translation.seq2seq_loader(samples, budget, pad_id=tgt_tok.pad_id,
                                    bos_id=tgt_tok.bos_id, eos_id=tgt_tok.eos_id, num_buckets=1,
                                    seed=0, num_shards=shards, shard_id=shard,
                                    batch_rows_multiple=multiple)
@@ -181,11 +181,11 @@ def test_lm_step_keeps_the_recurrent_state_split_over_data():
 
     model = get_model("lstm_lm_tiny", vocab_size=20, pad_id=1)
     tokens = np.full((2, 4), 3, np.int32)
-    optimizer = lm.optimizer("sgd", 0.1)[0]
+    optimizer = lm.lm_optimizer("sgd", 0.1)[0]
     mesh = parallel.make_mesh()
     state = parallel.replicate(create_train_state(
         model.init(jax.random.key(0), tokens)["params"], optimizer, jax.random.key(1)), mesh)
-    step = lm.make_train_step(model, optimizer, **lm.train_step_shardings(mesh, state))
+    step = lm.lm_train_step(model, optimizer, **lm.train_step_shardings(mesh, state))
     batch = parallel.global_batch({"inputs": tokens, "targets": tokens,
                                    "mask": np.ones((2, 4), np.float32)}, mesh)
     carry = parallel.global_batch(model.initial_state(2), mesh)

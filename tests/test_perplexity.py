@@ -10,7 +10,7 @@ import pytest
 
 from textkit.data import get_dataset
 from textkit.tasks.language_model import (
-    make_eval_step,
+    lm_eval_step,
     stream_nll,
     stream_windows,
     unigram_perplexity,
@@ -56,7 +56,7 @@ def test_stream_perplexity_matches_hand_computation(num_tokens, seq_len):
     rng = np.random.default_rng(num_tokens)
     ids = rng.choice([0, 2, 3, 4, 5], size=num_tokens).astype(np.int32)   # never <pad>
     model = BigramLM(tuple(map(tuple, table.tolist())))
-    eval_step = make_eval_step(model, excluded_ids=(PAD,))
+    eval_step = lm_eval_step(model, excluded_ids=(PAD,))
     windows = stream_windows(ids, seq_len, EOS, PAD)
 
     nll, count = stream_nll(eval_step, {}, windows, None)
@@ -66,7 +66,7 @@ def test_stream_perplexity_matches_hand_computation(num_tokens, seq_len):
     assert nll == pytest.approx(want, rel=1e-5)
     assert perplexity(nll, count) == pytest.approx(math.exp(want / num_tokens), rel=1e-5)
     # without excluding <pad> the model keeps its mass there: a different (higher) perplexity
-    nll_with_pad, _ = stream_nll(make_eval_step(model), {}, windows, None)
+    nll_with_pad, _ = stream_nll(lm_eval_step(model), {}, windows, None)
     assert nll_with_pad == pytest.approx(expected_nll(table, ids, excluded=()), rel=1e-5)
     assert nll_with_pad > nll
 

@@ -18,15 +18,24 @@ def tour_code() -> str:
     return match.group(1)
 
 
+def test_readme_tour_ends_by_printing_a_translation():
+    """Its last statement prints text, not a bare expression that a script shows nowhere."""
+    last = tour_code().rstrip().split("\n\n")[-1]
+    assert last.splitlines()[-2].startswith("print(") and "vocab.to_tokens" in last
+
+
 @pytest.mark.slow
-def test_readme_tour_runs(tmp_path, monkeypatch):
+def test_readme_tour_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(tour_code(), str(README), "exec"), namespace)
     out, vocab = namespace["out"], namespace["vocab"]
     assert out.tokens.shape[:2] == (namespace["batch"]["src_tokens"].shape[0], 1)
-    assert namespace["result"].progress.epoch == 1
+    assert namespace["result"].progress.epoch == 20
     assert int(out.tokens.max()) < len(vocab)
+    source, _, translation = capsys.readouterr().out.splitlines()[-1].partition(" -> ")
+    assert source.split() and translation.split()          # words, not ids
+    assert set(translation.split()) <= set(vocab.idx_to_token) - {vocab.eos_token}
 
 
 def test_ci_runs_the_readme_test_command_ruff_and_the_fast_tier():

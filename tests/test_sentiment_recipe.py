@@ -12,15 +12,15 @@ import subprocesses
 from textkit.batchify import BatchShape
 from textkit.data.toy import toy_sentiment
 from textkit.models.classifier import FROZEN, TUNED, TextCNN, TextCNNConfig, init_classifier
-from textkit.tasks.classification import (
+from textkit.tasks.word_vector_classification import (
     ClassificationBatchify,
     ClassificationConfig,
     ClassificationTask,
     FoldResult,
     accuracy,
+    classifier_loader,
+    classifier_loss_fn,
     cross_validate,
-    make_loader,
-    make_loss,
 )
 from textkit.training import RunDir, make_eval_step
 
@@ -55,9 +55,9 @@ def test_evaluation_counts_every_sample_once_and_ignores_dummy_rows():
     model = TextCNN(TextCNNConfig(30, embed_dim=8, num_filters=4, windows=(2, 3), pad_id=PAD))
     params = init_classifier(model, jax.random.key(0))
     samples = _samples(23)
-    eval_step = make_eval_step(make_loss(model))
+    eval_step = make_eval_step(classifier_loss_fn(model))
     # batch size 5 over 23 samples in two buckets: partial batches padded with dummy rows
-    loader = make_loader(samples, PAD, 5, [4, 11], shuffle=False)
+    loader = classifier_loader(samples, PAD, 5, [4, 11], shuffle=False)
     shapes = {tuple(b["tokens"].shape) for b in loader}
     assert shapes <= {(5, 4), (5, 11)}
     result = accuracy(eval_step, params, loader)

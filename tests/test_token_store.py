@@ -84,8 +84,8 @@ def test_loader_over_a_store_matches_the_loader_over_lists(tmp_path, spm_tokeniz
         SimpleNamespace(root=tmp_path), pairs, spm_tokenizer, spm_tokenizer))
     lists = translation.encode_pairs(pairs, spm_tokenizer, spm_tokenizer)
     options = dict(pad_id=0, bos_id=1, eos_id=2, num_buckets=4, seed=3)
-    for a, b in zip(translation.make_loader(store, 256, **options),
-                    translation.make_loader(lists, 256, **options)):
+    for a, b in zip(translation.seq2seq_loader(store, 256, **options),
+                    translation.seq2seq_loader(lists, 256, **options)):
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])

@@ -22,11 +22,11 @@ from typing import Any
 
 from textkit.cli import run_main
 from textkit.cli.finetune import finetune
-from textkit.tasks import TextClassificationTask
+from textkit.tasks import SequenceClassificationTask
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    return finetune(TextClassificationTask, argv, __doc__.splitlines()[0])
+    return finetune(SequenceClassificationTask, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

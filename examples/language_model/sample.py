@@ -85,7 +85,7 @@ def generate(args: argparse.Namespace) -> list[str]:
     run = RunDir(find_run(args.checkpoint))
     config = run.read_config()
     vocab = Vocab.load(run.root / "vocab.json")
-    model = lm.build_model(config["model"], config["model_overrides"], vocab,
+    model = lm.lm_preset(config["model"], config["model_overrides"], vocab,
                            config["precision"])
     step = args.step if args.step in ("best", "latest") else int(args.step)
     with run.checkpoint_manager(best_metric="valid_ppl", best_mode="min") as checkpoints:

@@ -39,7 +39,7 @@ from typing import Any
 import jax
 
 from textkit.cli import parse_config, run_main
-from textkit.tasks.classification import (
+from textkit.tasks.word_vector_classification import (
     ClassificationConfig,
     ClassificationTask,
     CrossValidation,

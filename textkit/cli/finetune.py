@@ -20,7 +20,7 @@ import jax
 
 from textkit import parallel
 from textkit.cli.flags import parse_config
-from textkit.tasks.finetune import EncoderTask, bucket_padding
+from textkit.tasks.encoder_task import EncoderTask, bucket_padding
 from textkit.training import RunDir, create_train_state, fit, launch, run_writers
 
 __all__ = ["RESUME_KEYS", "finetune"]

@@ -10,9 +10,12 @@ Perplexity is ``exp(total NLL / token count)`` over every token of a stream:
 ``stream_windows`` prepends one end-of-sentence token as context so that the first token is a
 target too, and uses one row with a masked last window, so no token is dropped.
 
-The optimizer built by ``optimizer`` holds its learning rate in its state
+The optimizer built by ``lm_optimizer`` holds its learning rate in its state
 (``optax.inject_hyperparams``): ``textkit.training.optim.with_learning_rate`` changes it between
 epochs (decay on a validation plateau, as in Zaremba et al. and AWD-LSTM) without recompiling.
+
+``LanguageModelTask``'s methods (the ``Task`` API) call the building blocks here (``lm_preset``,
+``lm_loss_fn``, ``lm_train_step``, ``lm_eval_step``, ``lm_optimizer``) with the run's settings.
 
 Data parallel: ``train_step_shardings(mesh, state)`` splits the windows' rows and the recurrent
 state (rows ``[B, H]``) over the mesh's ``data`` axis, and the state comes back split the same
@@ -52,17 +55,15 @@ from textkit.training.train_step import CompiledStep, TrainState
 from textkit.vocab import Vocab
 
 __all__ = [
-    "build_model",
     "build_vocab",
     "LanguageModelConfig",
     "LanguageModelTask",
-    "init_params",
-    "make_loader",
-    "make_eval_step",
-    "make_loss",
-    "make_train_step",
+    "lm_eval_step",
+    "lm_loss_fn",
+    "lm_optimizer",
+    "lm_preset",
+    "lm_train_step",
     "next_learning_rate",
-    "optimizer",
     "process_rows",
     "sliding_windows",
     "stream_nll",
@@ -82,15 +83,15 @@ def build_vocab(train: LanguageModelCorpus) -> Vocab:
     return Vocab(train.tokens, bos_token=None)
 
 
-def build_model(name: str, overrides: str | Iterable[str], vocab: Vocab,
-                precision: str = "float32") -> Any:
+def lm_preset(name: str, overrides: str | Iterable[str], vocab: Vocab,
+              precision: str = "float32") -> nn.Module:
     """The registry preset ``name`` with ``overrides`` (``"dropout=0.5,..."`` strings, see
     ``textkit.models.parse_overrides``) for ``vocab`` and the precision policy."""
     return get_model(name, **parse_overrides(overrides), vocab_size=len(vocab),
                      pad_id=vocab.pad_id, policy=precision)
 
 
-def make_loss(model: nn.Module, excluded_ids: Sequence[int] = ()) -> Callable[..., Any]:
+def lm_loss_fn(model: nn.Module, excluded_ids: Sequence[int] = ()) -> LossFn:
     """``loss_fn(params, batch, rng, carry) -> (nll_sum, (token_count, {}, new_carry))``.
 
     ``batch``: ``inputs`` / ``targets`` int32 ``[B, T]``, ``mask`` float32 ``[B, T]``;
@@ -115,29 +116,19 @@ def make_loss(model: nn.Module, excluded_ids: Sequence[int] = ()) -> Callable[..
     return loss_fn
 
 
-def make_loader(token_ids: np.ndarray, batch_size: int, bptt: int, pad_id: int) -> BPTTBatches:
-    """The training windows: ``batch_size`` rows of ``bptt`` tokens, the last one masked."""
-    return BPTTBatches(token_ids, batch_size, bptt, last_batch="keep", pad_id=pad_id)
-
-
-def init_params(model: nn.Module, rng: jax.Array, fill_id: int) -> Any:
-    """``model.init`` on a [1, 8] window of ``fill_id``; returns the params pytree."""
-    return model.init(rng, jnp.full((1, 8), fill_id, jnp.int32))["params"]
-
-
-def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
-                    excluded_ids: Sequence[int] = (), **step_kwargs: Any) -> CompiledStep:
+def lm_train_step(model: nn.Module, optimizer: optax.GradientTransformation, *,
+                  excluded_ids: Sequence[int] = (), **step_kwargs: Any) -> CompiledStep:
     """``train_step(state, batch, carry) -> (state, carry, metrics)``: ``make_train_step`` of
-    ``make_loss`` with the carry; ``step_kwargs`` (donate, shardings) go to it."""
-    return steps.make_train_step(make_loss(model, excluded_ids), optimizer, carry=True,
+    ``lm_loss_fn`` with the carry; ``step_kwargs`` (donate, shardings) go to it."""
+    return steps.make_train_step(lm_loss_fn(model, excluded_ids), optimizer, carry=True,
                                  **step_kwargs)
 
 
-def make_eval_step(model: nn.Module, *, excluded_ids: Sequence[int] = (),
-                   **step_kwargs: Any) -> CompiledStep:
+def lm_eval_step(model: nn.Module, *, excluded_ids: Sequence[int] = (),
+                 **step_kwargs: Any) -> CompiledStep:
     """``eval_step(params, batch, carry) -> (carry, {"loss_sum", "tokens"})``: float32 sums of
     the window's NLL and target count, deterministic (no dropout)."""
-    return steps.make_eval_step(make_loss(model, excluded_ids), carry=True, **step_kwargs)
+    return steps.make_eval_step(lm_loss_fn(model, excluded_ids), carry=True, **step_kwargs)
 
 
 def train_step_shardings(mesh: jax.sharding.Mesh, state: TrainState) -> dict[str, Any]:
@@ -252,11 +243,11 @@ def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: 
     return math.exp(mean_nll) if mean_nll < 709.0 else math.inf
 
 
-def optimizer(name: str, learning_rate: float, *, clip_norm: float | None = None,
-              weight_decay: float = 0.0, policy: Policy | str = "float32",
-              schedule: str = "held", warmup_steps: int = 0, total_steps: int = 1,
-              decay_fraction: float = 0.2,
-              ) -> tuple[optax.GradientTransformation, Callable[[Any], float]]:
+def lm_optimizer(name: str, learning_rate: float, *, clip_norm: float | None = None,
+                 weight_decay: float = 0.0, policy: Policy | str = "float32",
+                 schedule: str = "held", warmup_steps: int = 0, total_steps: int = 1,
+                 decay_fraction: float = 0.2,
+                 ) -> tuple[optax.GradientTransformation, LearningRate]:
     """``(optimizer, learning_rate)``: gradient clipping by global norm, then ``"sgd"`` or
     ``"adam"`` (AdamW when ``weight_decay`` > 0); dynamic loss scaling when ``policy`` needs
     it. ``learning_rate(train_state)`` is the rate of the last step.
@@ -412,34 +403,35 @@ class LanguageModelTask(Task):
     def make_loader(self, data: LanguageModelCorpus, *, train: bool) -> BPTTBatches:
         """Training windows: ``batch_size`` rows of ``bptt`` tokens (evaluation streams its
         own windows, see ``evaluate``)."""
-        return make_loader(self.token_ids(data), self.config.batch_size, self.config.bptt,
-                           self.vocab.pad_id)
+        return BPTTBatches(self.token_ids(data), self.config.batch_size, self.config.bptt,
+                           last_batch="keep", pad_id=self.vocab.pad_id)
 
     def build_model(self) -> nn.Module:
         config = self.config
-        return build_model(config.model, config.model_overrides, self.vocab, config.precision)
+        return lm_preset(config.model, config.model_overrides, self.vocab, config.precision)
 
     def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
-        return init_params(model, rng, self.vocab.eos_id)
+        """``model.init`` on a [1, 8] window of ``<eos>``."""
+        return model.init(rng, jnp.full((1, 8), self.vocab.eos_id, jnp.int32))["params"]
 
     def make_loss(self, model: nn.Module) -> LossFn:
-        return make_loss(model, (self.vocab.pad_id,))
+        return lm_loss_fn(model, (self.vocab.pad_id,))
 
     def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
                         **step_options: Any) -> CompiledStep:
         """``train_step(state, batch, carry) -> (state, carry, metrics)``."""
-        return make_train_step(model, tx, excluded_ids=(self.vocab.pad_id,), **step_options)
+        return lm_train_step(model, tx, excluded_ids=(self.vocab.pad_id,), **step_options)
 
     def initial_carry(self, model: nn.Module) -> Callable[[], Any]:
         return lambda: model.initial_state(self.config.batch_size)
 
     def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
         config = self.config
-        return optimizer(config.optimizer, config.lr, clip_norm=config.clip_norm or None,
-                         weight_decay=config.weight_decay, policy=config.precision,
-                         schedule="budget" if config.decay_on == "budget" else "held",
-                         warmup_steps=config.warmup_steps, total_steps=total_steps,
-                         decay_fraction=config.decay_fraction)
+        return lm_optimizer(config.optimizer, config.lr, clip_norm=config.clip_norm or None,
+                            weight_decay=config.weight_decay, policy=config.precision,
+                            schedule="budget" if config.decay_on == "budget" else "held",
+                            warmup_steps=config.warmup_steps, total_steps=total_steps,
+                            decay_fraction=config.decay_fraction)
 
     def decay_learning_rate(self, state: TrainState, record: dict[str, Any],
                             history: list[dict[str, Any]]) -> TrainState:
@@ -461,7 +453,7 @@ class LanguageModelTask(Task):
         with ``eval_stride``), on this process's first device."""
         config, vocab = self.config, self.vocab
         if id(model) not in self._eval_steps:
-            self._eval_steps[id(model)] = make_eval_step(model, excluded_ids=(vocab.pad_id,))
+            self._eval_steps[id(model)] = lm_eval_step(model, excluded_ids=(vocab.pad_id,))
         ids = self.token_ids(data)
         if config.eval_stride:
             windows = sliding_windows(ids, config.eval_bptt, config.eval_stride, vocab.eos_id,

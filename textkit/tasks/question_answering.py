@@ -29,7 +29,7 @@ from textkit.data.toy_spans import toy_questions
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
-from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig, model_inputs
+from textkit.tasks.encoder_task import EncoderTask, EncoderTaskConfig, model_inputs
 from textkit.training.losses import cross_entropy
 from textkit.training.run_dir import RunDir
 

@@ -5,16 +5,21 @@ building blocks, for ``(source, target)`` text pairs:
 * ``encode_corpus`` / ``trainable``: the train split streamed from its files and encoded once,
   in parallel, into a memory-mapped ``TokenStore`` cached in the run directory
   (``encode_pairs`` does the same in memory, for small lists of pairs);
-* ``Seq2SeqBatchify`` / ``make_loader``: ``(source ids, target ids)`` samples to the textkit
-  batch dict through a token-budget ``FixedBucketSampler`` (fixed padded shapes);
-* ``make_loss``: ``loss_fn(params, batch, rng)`` for ``make_train_step`` / ``make_eval_step``;
-* ``build_model`` / ``init_params`` / ``init_from``: a registry preset for the vocabularies and
-  its parameters, or a pretrained Marian checkpoint;
-* ``optimizer``: ``(tx, learning_rate)``, Adam with warm-up and clipping (loss scaling by
-  policy);
+* ``Seq2SeqBatchify`` / ``seq2seq_loader``: ``(source ids, target ids)`` samples to the
+  textkit batch dict through a token-budget ``FixedBucketSampler`` (fixed padded shapes);
+* ``seq2seq_loss_fn``: ``loss_fn(params, batch, rng)`` for ``make_train_step`` /
+  ``make_eval_step``;
+* ``seq2seq_preset`` / ``init_seq2seq_params`` / ``init_from``: a registry preset for the
+  vocabularies and its parameters, or a pretrained Marian checkpoint;
+* ``seq2seq_optimizer``: ``(tx, learning_rate)``, Adam with warm-up and clipping (loss scaling
+  by policy);
 * ``bleu_scores`` / ``translate_and_score``: cased and lowercased sacreBLEU of a
   ``Translator``'s output;
 * ``choose_final``: the best checkpoint, or the average of the last N if it validates better.
+
+These are the building blocks ``TranslationTask``'s methods (the ``Task`` API: ``make_loader``,
+``make_loss``, ``build_model``, ``init_params``, ``optimizer``) call with the run's settings;
+they take plain arguments, for code that does without a task (the README's tour).
 """
 
 from __future__ import annotations
@@ -74,17 +79,16 @@ __all__ = [
     "TranslationConfig",
     "TranslationTask",
     "bleu_scores",
-    "build_model",
     "choose_final",
-    "count_tokens",
     "encode_corpus",
     "encode_pairs",
     "init_from",
-    "init_params",
+    "init_seq2seq_params",
     "load_trained",
-    "make_loader",
-    "make_loss",
-    "optimizer",
+    "seq2seq_loader",
+    "seq2seq_loss_fn",
+    "seq2seq_optimizer",
+    "seq2seq_preset",
     "tokenizers",
     "translate_and_score",
     "trainable",
@@ -201,11 +205,11 @@ def trainable(store: TokenStore, max_length: int | None = None) -> TokenStore:
     return store.select(np.flatnonzero(keep))
 
 
-def make_loader(samples: Sequence[IdPair] | TokenStore, batch_tokens: int, *, pad_id: int,
-                bos_id: int, eos_id: int, num_buckets: int = 8, round_to: int = 8,
-                shuffle: bool = True, seed: int = 0, num_shards: int = 1, shard_id: int = 0,
-                batch_rows_multiple: int = 1, accum_steps: int = 1,
-                num_workers: int = 1) -> DataLoader:
+def seq2seq_loader(samples: Sequence[IdPair] | TokenStore, batch_tokens: int, *, pad_id: int,
+                   bos_id: int, eos_id: int, num_buckets: int = 8, round_to: int = 8,
+                   shuffle: bool = True, seed: int = 0, num_shards: int = 1, shard_id: int = 0,
+                   batch_rows_multiple: int = 1, accum_steps: int = 1,
+                   num_workers: int = 1) -> DataLoader:
     """Resumable loader of seq2seq batches with at most ``num_buckets`` padded shapes.
 
     Buckets are keyed on (source length, target length + 1), rounded up to ``round_to``; each
@@ -233,7 +237,7 @@ def make_loader(samples: Sequence[IdPair] | TokenStore, batch_tokens: int, *, pa
 
 
 # ------------------------------------------------------------------------------------ the loss
-def make_loss(model: nn.Module, label_smoothing: float = 0.0) -> Callable[..., Any]:
+def seq2seq_loss_fn(model: nn.Module, label_smoothing: float = 0.0) -> LossFn:
     """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"src_tokens"}))`` for the
     train step.
 
@@ -258,19 +262,14 @@ def make_loss(model: nn.Module, label_smoothing: float = 0.0) -> Callable[..., A
     return loss_fn
 
 
-def count_tokens(metrics: Mapping[str, Any]) -> Any:
-    """Source + target tokens of a train step's batch (its metrics), for throughput."""
-    return metrics["tokens"] + metrics["src_tokens"]
-
-
 SCHEDULES = ("inverse_sqrt", "budget")
 
 
-def optimizer(lr: float, warmup_steps: int, clip_norm: float,
-              policy: Policy | str = "float32", *, schedule: str = "inverse_sqrt",
-              total_steps: int = 1, decay_fraction: float = 0.2,
-              ema_decay: float | None = None,
-              ) -> tuple[optax.GradientTransformation, Callable[[Any], float]]:
+def seq2seq_optimizer(lr: float, warmup_steps: int, clip_norm: float,
+                      policy: Policy | str = "float32", *, schedule: str = "inverse_sqrt",
+                      total_steps: int = 1, decay_fraction: float = 0.2,
+                      ema_decay: float | None = None,
+                      ) -> tuple[optax.GradientTransformation, LearningRate]:
     """``(optimizer, learning_rate)``: global-norm clipping, then Adam (0.9, 0.98, 1e-9) at a
     rate peaking at ``lr`` after ``warmup_steps``, then (with ``ema_decay``) a parameter EMA;
     dynamic loss scaling when ``policy`` needs it. ``learning_rate(train_state)`` is the rate
@@ -297,9 +296,9 @@ def optimizer(lr: float, warmup_steps: int, clip_norm: float,
 
 
 # ------------------------------------------------------------------------------------ the model
-def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
-                precision: str = "float32", shared_vocab: bool = False,
-                **overrides: Any) -> Any:
+def seq2seq_preset(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
+                   precision: str = "float32", shared_vocab: bool = False,
+                   **overrides: Any) -> nn.Module:
     """The registry preset ``name`` for these vocabularies, padding id and precision policy.
 
     Without ``shared_vocab`` a preset's ``share_embeddings`` (one table for source and target)
@@ -318,7 +317,7 @@ def build_model(name: str, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: 
     return get_model(name, **wanted)
 
 
-def init_params(model: nn.Module, rng: jax.Array) -> Any:
+def init_seq2seq_params(model: nn.Module, rng: jax.Array) -> Params:
     """``model.init`` on a [1, 8] dummy source and target; returns the params pytree."""
     dummy = jnp.full((1, 8), model.config.pad_id, jnp.int32)
     return model.init(rng, dummy, dummy)["params"]
@@ -343,11 +342,12 @@ def load_trained(save_dir: str | Path) -> TrainedRun:
     run = RunDir(find_run(save_dir))
     config = run.read_config()
     src_tok, tgt_tok = tokenizers(run, config["joint_spm"])
-    model = build_model(
+    model = seq2seq_preset(
         config["model"], src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok),
         pad_id=src_tok.pad_id, precision=config["precision"], shared_vocab=config["joint_spm"],
         **parse_overrides(config["model_overrides"]))
-    target = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+    target = jax.eval_shape(lambda key: init_seq2seq_params(model, key),
+                            jax.random.PRNGKey(0))
     params, extra = run.load_final(target)
     return TrainedRun(model, params, src_tok, tgt_tok, config,
                       f"{extra['source']} of {run.root}")
@@ -597,7 +597,7 @@ class TranslationTask(Task):
                                 config.max_length)
         else:
             samples = encode_pairs(data, self.src_tokenizer, tgt, config.max_length)
-        return make_loader(
+        return seq2seq_loader(
             samples, parallel.per_process(config.batch_tokens, "--batch-tokens"),
             pad_id=tgt.pad_id, bos_id=tgt.bos_id, eos_id=tgt.eos_id,
             num_buckets=config.num_buckets, seed=config.seed, shuffle=train,
@@ -621,18 +621,18 @@ class TranslationTask(Task):
         if self.pretrained is not None:
             return self.pretrained.model
         config, src = self.config, self.src_tokenizer
-        return build_model(config.model, src_vocab_size=len(src),
-                           tgt_vocab_size=len(self.tgt_tokenizer), pad_id=src.pad_id,
-                           precision=config.precision, shared_vocab=config.joint_spm,
-                           **config.overrides)
+        return seq2seq_preset(config.model, src_vocab_size=len(src),
+                              tgt_vocab_size=len(self.tgt_tokenizer), pad_id=src.pad_id,
+                              precision=config.precision, shared_vocab=config.joint_spm,
+                              **config.overrides)
 
     def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
         if self.pretrained is not None:
             return self.pretrained.params
-        return init_params(model, rng)
+        return init_seq2seq_params(model, rng)
 
     def make_loss(self, model: nn.Module) -> LossFn:
-        return make_loss(model, self.config.label_smoothing)
+        return seq2seq_loss_fn(model, self.config.label_smoothing)
 
     def make_train_step(self, model: nn.Module, tx: optax.GradientTransformation,
                         **step_options: Any) -> TrainStep:
@@ -641,11 +641,15 @@ class TranslationTask(Task):
 
     def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
         config = self.config
-        return optimizer(config.lr, config.warmup_steps, config.clip_norm, config.precision,
-                         schedule=config.lr_schedule, total_steps=total_steps,
-                         decay_fraction=config.decay_fraction, ema_decay=config.ema_decay)
+        return seq2seq_optimizer(config.lr, config.warmup_steps, config.clip_norm,
+                                 config.precision, schedule=config.lr_schedule,
+                                 total_steps=total_steps, decay_fraction=config.decay_fraction,
+                                 ema_decay=config.ema_decay)
 
-    count_tokens = staticmethod(count_tokens)
+    @staticmethod
+    def count_tokens(metrics: Mapping[str, Any]) -> Any:
+        """Source + target tokens of a train step's batch (its metrics), for throughput."""
+        return metrics["tokens"] + metrics["src_tokens"]
 
     def translator(self, model: nn.Module) -> Translator:
         """The beam-search ``Translator`` of ``model`` (one per model, so compiled shapes are

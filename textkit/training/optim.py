@@ -32,7 +32,8 @@ def learning_rate_of(opt_state: optax.OptState) -> float:
     value = optax.tree_utils.tree_get(opt_state, "learning_rate", filtering=_is_value)
     if value is None:
         raise ValueError("the optimizer state holds no learning_rate: build the optimizer with "
-                         "optax.inject_hyperparams (e.g. textkit.tasks.language_model.optimizer)")
+                         "optax.inject_hyperparams (e.g. "
+                         "textkit.tasks.language_model.lm_optimizer)")
     return float(value)
 
 

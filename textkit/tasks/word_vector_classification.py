@@ -1,6 +1,9 @@
-"""Sentence classification as a task: corpora, fixed-shape batches, the loss/accuracy
-function, the optimizer (frozen embeddings, Kim's max-norm), evaluation and k-fold
-cross-validation.
+"""Sentence classification on word vectors (random or pretrained; TextCNN, (Bi)LSTM
+classifiers) as a task, registered as ``classification``: corpora, fixed-shape batches, the
+loss/accuracy function, the optimizer (frozen embeddings, Kim's max-norm), evaluation and k-fold
+cross-validation. ``ClassificationTask``'s methods (the ``Task`` API) call the building blocks
+here (``classifier_loader``, ``classifier_loss_fn``, ``classifier_optimizer``) with the run's
+settings.
 
 Batches (dicts of numpy arrays) have fixed shapes from a ``FixedBucketSampler``:
 
@@ -63,11 +66,10 @@ __all__ = [
     "LabelledTexts",
     "accuracy",
     "bucket_keys",
+    "classifier_loader",
+    "classifier_loss_fn",
+    "classifier_optimizer",
     "cross_validate",
-    "init_params",
-    "make_loader",
-    "make_loss",
-    "optimizer",
 ]
 
 def bucket_keys(lengths: np.ndarray, num_buckets: int) -> list[int]:
@@ -77,9 +79,9 @@ def bucket_keys(lengths: np.ndarray, num_buckets: int) -> list[int]:
     return sorted({int(-(-b // 8) * 8) for b in bounds.tolist()})
 
 
-def make_loader(samples: Sequence[Sample], pad_id: int, batch_size: int,
-                keys: Sequence[int], *, shuffle: bool, seed: int = 0,
-                num_workers: int = 1) -> DataLoader:
+def classifier_loader(samples: Sequence[Sample], pad_id: int, batch_size: int,
+                      keys: Sequence[int], *, shuffle: bool, seed: int = 0,
+                      num_workers: int = 1) -> DataLoader:
     """A ``DataLoader`` of fixed-shape batches: ``batch_size`` rows, lengths from ``keys``
     (``bucket_keys``); partial batches keep their shape with dummy rows."""
     sampler = FixedBucketSampler([len(ids) for ids, _ in samples], batch_size,
@@ -88,7 +90,7 @@ def make_loader(samples: Sequence[Sample], pad_id: int, batch_size: int,
     return DataLoader(samples, sampler, ClassificationBatchify(pad_id), num_workers=num_workers)
 
 
-def make_loss(model: nn.Module) -> Callable[..., Any]:
+def classifier_loss_fn(model: nn.Module) -> LossFn:
     """``loss_fn(params, batch, rng) -> (loss_sum, (weight_sum, {"correct": n}))`` for
     ``make_train_step`` / ``make_eval_step``: weighted cross-entropy (float32) and the weighted
     count of correct argmax predictions. Dropout is on when ``rng`` is a key."""
@@ -105,15 +107,9 @@ def make_loss(model: nn.Module) -> Callable[..., Any]:
     return loss_fn
 
 
-def init_params(model: nn.Module, rng: jax.Array, pretrained: np.ndarray | None = None) -> Any:
-    """The classifier's params; ``pretrained`` float [vocab_size, embed_dim] fills the
-    embedding tables (every mode but ``rand``, where it is refused)."""
-    return init_classifier(model, rng, pretrained)
-
-
-def optimizer(name: str, learning_rate: float, *, max_norm_limit: float | None = None,
-              policy: Policy | str = "float32",
-              ) -> tuple[optax.GradientTransformation, Callable[[Any], float]]:
+def classifier_optimizer(name: str, learning_rate: float, *, max_norm_limit: float | None = None,
+                         policy: Policy | str = "float32",
+                         ) -> tuple[optax.GradientTransformation, LearningRate]:
     """``(optimizer, learning_rate)``: ``"adadelta"`` (rho 0.95, eps 1e-6, as Kim) or
     ``"adam"`` on the trainable params (frozen embedding tables get no updates and no state),
     then Kim's max-norm constraint on the output layer when ``max_norm_limit`` is set; dynamic
@@ -134,7 +130,7 @@ def accuracy(eval_step: Callable, params: Params,
              batches: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """Accuracy, mean loss and sample count over ``batches`` (dummy rows excluded).
 
-    ``eval_step`` is ``make_eval_step(make_loss(model))``.
+    ``eval_step`` is ``make_eval_step(classifier_loss_fn(model))``.
     """
     totals = None
     for batch in batches:
@@ -353,8 +349,8 @@ class ClassificationTask(Task):
         """Batches of ``batch_size`` rows at the bucket lengths (dummy rows keep a partial
         batch's shape); cross-validation fold ``fold`` shuffles with seed ``seed + fold``."""
         config = self.config
-        return make_loader(self.samples(data), self.vocab.pad_id, config.batch_size,
-                           self.keys, shuffle=train, seed=config.seed + fold)
+        return classifier_loader(self.samples(data), self.vocab.pad_id, config.batch_size,
+                                 self.keys, shuffle=train, seed=config.seed + fold)
 
     def build_model(self) -> nn.Module:
         """The preset for the vocabulary, class count and policy, with ``embed_dim`` (the
@@ -372,15 +368,17 @@ class ClassificationTask(Task):
                             **config.overrides})
 
     def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
-        return init_params(model, rng, self.embedding_matrix)
+        """The classifier's params, the embedding tables filled with the pretrained vectors
+        (every mode but ``rand``)."""
+        return init_classifier(model, rng, self.embedding_matrix)
 
     def make_loss(self, model: nn.Module) -> LossFn:
-        return make_loss(model)
+        return classifier_loss_fn(model)
 
     def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
         config = self.config
-        return optimizer(config.optimizer, config.lr, policy=config.precision,
-                         max_norm_limit=config.max_norm)
+        return classifier_optimizer(config.optimizer, config.lr, policy=config.precision,
+                                    max_norm_limit=config.max_norm)
 
     def evaluate(self, model: nn.Module, params: Params,
                  data: LabelledTexts | DataLoader) -> dict[str, float]:

@@ -29,11 +29,11 @@ from textkit.data.labelled_text import TextExamples, label_set, read_labelled
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
-from textkit.tasks.finetune import EncoderTask, EncoderTaskConfig, model_inputs
+from textkit.tasks.encoder_task import EncoderTask, EncoderTaskConfig, model_inputs
 from textkit.training.losses import cross_entropy
 from textkit.training.run_dir import RunDir
 
-__all__ = ["TextClassificationConfig", "TextClassificationTask", "classification_scores"]
+__all__ = ["SequenceClassificationConfig", "SequenceClassificationTask", "classification_scores"]
 
 _METRICS = {"glue_mrpc": "f1", "glue_qqp": "f1", "glue_cola": "mcc", "glue_stsb": "pearson"}
 
@@ -74,7 +74,7 @@ def classification_scores(predicted: np.ndarray, gold: np.ndarray, *, regression
 
 
 @dataclasses.dataclass(frozen=True)
-class TextClassificationConfig(EncoderTaskConfig):
+class SequenceClassificationConfig(EncoderTaskConfig):
     """A GLUE-style fine-tuning run (``examples/finetune/classify.py``); each field is the flag
     of the same name."""
 
@@ -102,17 +102,17 @@ def _toy(split: str, size: int, seed: int) -> TextExamples:
 
 
 @register_task
-class TextClassificationTask(EncoderTask):
+class SequenceClassificationTask(EncoderTask):
     """Sentence (pair) classification / regression with an encoder (module docstring)."""
 
     name = "sequence_classification"
     head = "sequence_classification"
-    config_class = TextClassificationConfig
+    config_class = SequenceClassificationConfig
     toy_splits = ("train", "valid")
     eval_metric = "accuracy"
-    config: TextClassificationConfig
+    config: SequenceClassificationConfig
 
-    def __init__(self, config: TextClassificationConfig, run: RunDir,
+    def __init__(self, config: SequenceClassificationConfig, run: RunDir,
                  log: Callable[[str], None] | None = None):
         super().__init__(config, run, log)
         self.regression = config.regression or config.dataset == "glue_stsb"
