@@ -206,3 +206,33 @@ def test_lm_padding_invariance(name):
     # Trailing padding leaves the carried state where the last real token left it.
     jax.tree.map(lambda a, b: _assert_close(a[1:-1], b, f"{name}: state"), padded["state"],
                  plain["state"])
+
+
+def test_a_wrapper_keeps_every_fast_path_it_does_not_override():
+    """``StepWrapper`` declares and forwards the hooks: a wrapper that overrides only
+    ``__call__`` still offers the wrapped step's beam, resize and candidates paths."""
+    from textkit.decoding import BeamHooks, CandidatesHook, ResizeHook, StepWrapper
+    from textkit.decoding.contract import step_candidates
+
+    @dataclasses.dataclass(frozen=True)
+    class Doubled(StepWrapper):
+        def __call__(self, params, cache, tokens):
+            return self.step_fn(params, cache, tokens)
+
+    model = get_model("transformer_tiny", **{k: TINY[k] for k in (
+        "src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len")})
+    from textkit.decoding import model_step_fn
+
+    src = jnp.ones((2, 5), jnp.int32)
+    params = model.init(jax.random.key(0), src, src)["params"]
+    encoded = model.apply({"params": params}, src, method="encode")
+    cache = model.apply({"params": params}, encoded, src, 8, method="init_cache")
+    inner, wrapped = model_step_fn(model), Doubled(model_step_fn(model))
+    for hook in (BeamHooks, ResizeHook, CandidatesHook):
+        assert isinstance(wrapped, hook)
+    assert wrapped.beam_cache(params, cache, 2) is not None
+    assert wrapped.resize_cache(params, cache, 4) is not None
+    tokens = jnp.zeros((2,), jnp.int32)
+    got, _ = step_candidates(wrapped, params, cache, tokens, 3, (1,))
+    want, _ = step_candidates(inner, params, cache, tokens, 3, (1,))
+    np.testing.assert_allclose(np.asarray(got.values), np.asarray(want.values), rtol=1e-6)

@@ -1,15 +1,20 @@
-"""Decoding: the typed model contract, beam search, greedy search, sampling, token filters and
-the ``Translator``. Knows no model class: models meet it through the protocols of ``contract``.
+"""Decoding: the typed model contract, beam search, greedy search, sampling, token filters, the
+``Translator`` and the ``Generator`` (decoder-only language models). Knows no model class: models
+meet it through the protocols of ``contract``.
 """
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import (
+    BeamHooks,
+    CandidatesHook,
     DecodeOutput,
     Encoded,
     LanguageModel,
+    ResizeHook,
     Seq2SeqModel,
     StepFn,
     StepModel,
+    StepWrapper,
     length_penalty,
     model_step_fn,
     prefill,
@@ -20,8 +25,8 @@ from textkit.decoding.sampling import greedy_search, sample
 from textkit.decoding.translator import LongSourceWarning, Translator
 
 __all__ = [
-    "DecodeOutput", "Encoded", "ExcludeTokensStep", "Generation", "GenerationConfig",
-    "Generator", "LanguageModel", "LongSourceWarning",
-    "Seq2SeqModel", "StepFn", "StepModel", "Translator", "beam_search", "greedy_search",
-    "length_penalty", "model_step_fn", "prefill", "sample", "top_k_top_p",
+    "BeamHooks", "CandidatesHook", "DecodeOutput", "Encoded", "ExcludeTokensStep", "Generation",
+    "GenerationConfig", "Generator", "LanguageModel", "LongSourceWarning", "ResizeHook",
+    "Seq2SeqModel", "StepFn", "StepModel", "StepWrapper", "Translator", "beam_search",
+    "greedy_search", "length_penalty", "model_step_fn", "prefill", "sample", "top_k_top_p",
 ]

@@ -36,9 +36,15 @@ int32[B, n, L] (generated tokens only, no start token; the EOS that ended a hypo
 every position after it is ``pad_id``), ``scores`` float32[B, n] best first and ``lengths``
 int32[B, n] (generated tokens including the final EOS).
 
-Beam hooks (optional; ``ModelStep`` has them for models that define ``beam_cache``,
-``reorder_beams`` and ``resize_cache``, as the Transformer and the Transformer LM do): a step
-function may offer ``beam_cache(params, cache, K)`` (the B-row cache as a cache for B*K
+Optional fast-path hooks are declared Protocols: ``BeamHooks`` (``beam_cache``,
+``reorder_beams``), ``ResizeHook`` (``resize_cache``) and ``CandidatesHook`` (``top_k_step``);
+decoders test a step function with ``isinstance``, and a hook returning None means "not
+supported". A step function that wraps another inherits ``StepWrapper``, which forwards every
+hook, so a wrapper cannot drop a fast path by omission; it overrides only what it changes.
+
+Beam hooks (``ModelStep`` has them for models that define ``beam_cache``, ``reorder_beams`` and
+``resize_cache``, as the Transformer and the Transformer LM do): a step function may offer
+``beam_cache(params, cache, K)`` (the B-row cache as a cache for B*K
 hypotheses, rows b*K..b*K+K-1 being sentence b's, written in place; None: not supported),
 ``reorder_beams(params, cache, parent int32[B, K])`` (that cache after hypothesis k of sentence
 b took parent ``parent[b, k]``) and ``resize_cache(params, cache, length)`` (the cache holding
@@ -165,12 +171,73 @@ def candidates(log_probs: jax.Array, k: int, exclude: tuple[int, ...] = ()) -> C
     return Candidates(values, ids, kept)
 
 
+@runtime_checkable
+class BeamHooks(Protocol):
+    """Optional fast path of a step function: beam search keeps the cache in place."""
+
+    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
+        """The B-row cache as a cache for B*K hypotheses (None: not supported)."""
+
+    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
+        """That cache after hypothesis k of sentence b took parent ``parent[b, k]``."""
+
+
+@runtime_checkable
+class ResizeHook(Protocol):
+    """Optional fast path: decoders starting from an empty cache grow it with the output."""
+
+    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
+        """The cache holding ``length`` positions (None: not supported)."""
+
+
+@runtime_checkable
+class CandidatesHook(Protocol):
+    """Optional fast path: a step's best candidates without forming its log-probs."""
+
+    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
+        """``candidates(log_probs, k, exclude)`` of the step, and the new cache (None: not
+        supported)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepWrapper:
+    """Base of a step function that wraps another (``step_fn``): it declares every hook
+    (``BeamHooks``, ``ResizeHook``, ``CandidatesHook``) and forwards each to the wrapped one
+    (None where that lacks it), so a wrapper never drops a fast path by omission. A subclass
+    overrides ``__call__`` and the hooks whose results it changes (returning None from a hook
+    turns that fast path off). Frozen and hashable: usable as a static jit argument."""
+
+    step_fn: StepFn
+
+    def __call__(self, params: PyTree, cache: PyTree,
+                 tokens: jax.Array) -> tuple[jax.Array, PyTree]:
+        return self.step_fn(params, cache, tokens)
+
+    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
+        if not isinstance(self.step_fn, BeamHooks):
+            return None
+        return self.step_fn.beam_cache(params, cache, beam_size)
+
+    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
+        return self.step_fn.reorder_beams(params, cache, parent)
+
+    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
+        return grown_cache(self.step_fn, params, cache, length)
+
+    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
+                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
+        if not isinstance(self.step_fn, CandidatesHook):
+            return None
+        return self.step_fn.top_k_step(params, cache, tokens, k, exclude)
+
+
 def step_candidates(step_fn: StepFn, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
                     exclude: tuple[int, ...] = ()) -> tuple[Candidates, PyTree]:
     """One step of ``step_fn`` reduced to ``Candidates`` [N, k] (its ``top_k_step`` hook when
     it has one, else ``candidates`` of its log-probs) and the new cache."""
-    hook = getattr(step_fn, "top_k_step", None)
-    found = hook(params, cache, tokens, k, exclude) if callable(hook) else None
+    found = step_fn.top_k_step(params, cache, tokens, k, exclude) \
+        if isinstance(step_fn, CandidatesHook) else None
     if found is not None:
         return found
     log_probs, cache = step_fn(params, cache, tokens)
@@ -262,8 +329,8 @@ def expand_beams(step_fn: StepFn, params: PyTree, cache: PyTree,
     as it is: one hypothesis per row needs no slots)."""
     if beam_size == 1:
         return cache, False
-    hook = getattr(step_fn, "beam_cache", None)
-    beam_cache = hook(params, cache, beam_size) if callable(hook) else None
+    beam_cache = step_fn.beam_cache(params, cache, beam_size) \
+        if isinstance(step_fn, BeamHooks) else None
     if beam_cache is not None:
         return beam_cache, True
     return repeat_cache(cache, beam_size), False
@@ -303,14 +370,14 @@ def may_grow(step_fn: StepFn, start_tokens: int | jax.Array) -> bool:
     """Whether a decoder may grow the cache in segments: the step function has
     ``resize_cache`` and the start token is an int (a fresh cache, nothing decoded yet; a
     prefix continued through ``prefill`` starts from int32[B] tokens)."""
-    return isinstance(start_tokens, int | np.integer) and callable(
-        getattr(step_fn, "resize_cache", None))
+    return isinstance(start_tokens, int | np.integer) and isinstance(step_fn, ResizeHook)
 
 
 def grown_cache(step_fn: StepFn, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
     """The step function's ``resize_cache`` (None when it has none)."""
-    hook = getattr(step_fn, "resize_cache", None)
-    return hook(params, cache, length) if callable(hook) else None
+    if not isinstance(step_fn, ResizeHook):
+        return None
+    return step_fn.resize_cache(params, cache, length)
 
 
 def start_token_array(start_tokens: int | jax.Array, batch_size: int) -> jax.Array:

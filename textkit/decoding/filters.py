@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from textkit.decoding.contract import Candidates, PyTree, StepFn, grown_cache
+from textkit.decoding.contract import Candidates, PyTree, StepWrapper
 
 NEG_INF = float("-inf")
 
@@ -39,12 +39,13 @@ def top_k_top_p(logits: jax.Array, top_k: int, top_p: float) -> tuple[jax.Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class ExcludeTokensStep:
+class ExcludeTokensStep(StepWrapper):
     """A ``StepFn`` whose log-probs give no mass to ``excluded_ids`` (renormalised, matching
     ``lm_loss_fn(..., excluded_ids)``; with ``renormalize=False`` they are only set to -inf,
-    as transformers' ``bad_words_ids`` does); hashable, so usable as a static jit argument."""
+    as transformers' ``bad_words_ids`` does); hashable, so usable as a static jit argument.
+    The beam and resize hooks pass through (``StepWrapper``); the candidates hook sets the
+    excluded ids apart."""
 
-    step_fn: StepFn
     excluded_ids: tuple[int, ...]
     renormalize: bool = True
 
@@ -63,9 +64,7 @@ class ExcludeTokensStep:
         """The wrapped step function's candidates hook with ``excluded_ids`` set apart too
         (None when it has none): their log-probs -inf, the others renormalised over what is
         left unless ``renormalize=False``."""
-        hook = getattr(self.step_fn, "top_k_step", None)
-        found = hook(params, cache, tokens, k, (*exclude, *self.excluded_ids)) \
-            if callable(hook) else None
+        found = super().top_k_step(params, cache, tokens, k, (*exclude, *self.excluded_ids))
         if found is None:
             return None
         (values, ids, kept), cache = found
@@ -76,14 +75,3 @@ class ExcludeTokensStep:
         banned = np.isin(np.asarray(exclude, np.int64), self.excluded_ids)
         kept = jnp.where(banned, NEG_INF, kept)
         return Candidates(values, ids, kept), cache
-
-    # The beam hooks of the wrapped step function (decoding contract), passed through.
-    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
-        hook = getattr(self.step_fn, "beam_cache", None)
-        return hook(params, cache, beam_size) if callable(hook) else None
-
-    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
-        return self.step_fn.reorder_beams(params, cache, parent)
-
-    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> PyTree | None:
-        return grown_cache(self.step_fn, params, cache, length)

@@ -48,10 +48,10 @@ from tqdm.auto import tqdm
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import (
-    Candidates,
     DecodeOutput,
     PyTree,
     Seq2SeqModel,
+    StepWrapper,
     model_step_fn,
 )
 from textkit.decoding.filters import ExcludeTokensStep
@@ -125,27 +125,14 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class OneSegmentStep:
+class OneSegmentStep(StepWrapper):
     """``step_fn`` without its ``resize_cache`` hook: the search keeps the cache at its full
     length from the first step (one segment, one compiled copy of the step) instead of growing
-    it (``contract.segment_lengths``)."""
+    it (``contract.segment_lengths``). The other hooks pass through (``StepWrapper``)."""
 
-    step_fn: Any
-
-    def __call__(self, params: PyTree, cache: PyTree, tokens: jax.Array):
-        return self.step_fn(params, cache, tokens)
-
-    def beam_cache(self, params: PyTree, cache: PyTree, beam_size: int) -> PyTree | None:
-        hook = getattr(self.step_fn, "beam_cache", None)
-        return hook(params, cache, beam_size) if callable(hook) else None
-
-    def reorder_beams(self, params: PyTree, cache: PyTree, parent: jax.Array) -> PyTree:
-        return self.step_fn.reorder_beams(params, cache, parent)
-
-    def top_k_step(self, params: PyTree, cache: PyTree, tokens: jax.Array, k: int,
-                   exclude: tuple[int, ...]) -> tuple[Candidates, PyTree] | None:
-        hook = getattr(self.step_fn, "top_k_step", None)
-        return hook(params, cache, tokens, k, exclude) if callable(hook) else None
+    def resize_cache(self, params: PyTree, cache: PyTree, length: int) -> None:
+        """Not supported: the cache stays at its full length."""
+        return None
 
 
 class Translator:
