@@ -30,17 +30,26 @@ itself, on its own copy of the parameters.
 
 Writes ``<save-dir>/config.json``, ``vocab.json``, ``train.log``, ``checkpoints/`` and
 ``summary.json`` (the common schema of ``RunDir.summary`` plus valid_ppl, test_ppl, best_epoch).
+
+With ``--init-from DIR`` (a decoder-only checkpoint: GPT-2, Llama, Mistral, Qwen2/3, Gemma,
+SmolLM) the recipe fine-tunes it on raw text instead (``textkit.cli.causal_lm``; its flags:
+``--init-from DIR --help``): documents packed into ``--max-length`` rows, padding never in the
+loss, the best checkpoint by validation perplexity exported to ``<run>/export``::
+
+    python examples/language_model/train.py --init-from DIR --train-file train.txt \
+        --valid-file valid.txt --test-file test.txt --documents wikitext --max-steps 200
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 
 from textkit import parallel
-from textkit.cli import parse_config, run_main
+from textkit.cli import causal_lm, parse_config, run_main
 from textkit.tasks.language_model import (
     LanguageModelConfig,
     LanguageModelTask,
@@ -54,6 +63,9 @@ RESUMABLE = ("fit",)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--init-from" in argv or any(a.startswith("--init-from=") for a in argv):
+        return causal_lm.train(argv)
     config = parse_config(LanguageModelConfig, argv, __doc__.splitlines()[0])
     record = config.record()
     run, mesh = launch(config.save_dir, record, resume=config.fit.resume,

@@ -14,10 +14,12 @@ training loop: the recipes in ``examples/`` hand these pieces to ``fit``. See
 
 Modules: ``translation``, ``language_model``, ``word_vector_classification`` (registered as
 ``classification``), ``encoder_task`` (the encoder fine-tuning base class),
-``sequence_classification``, ``question_answering``, ``token_classification``.
+``sequence_classification``, ``question_answering``, ``token_classification``, ``causal_lm``
+(decoder-only language models: fine-tuning checkpoints, or presets from scratch).
 """
 
 from textkit.tasks import (
+    causal_lm,
     encoder_task,
     language_model,
     question_answering,
@@ -27,6 +29,7 @@ from textkit.tasks import (
     word_vector_classification,
 )
 from textkit.tasks.base import Task, TaskConfig, get_task, list_tasks, register_task
+from textkit.tasks.causal_lm import CausalLMConfig, CausalLMTask
 from textkit.tasks.encoder_task import EncoderTask, EncoderTaskConfig
 from textkit.tasks.language_model import LanguageModelConfig, LanguageModelTask
 from textkit.tasks.question_answering import QuestionAnsweringConfig, QuestionAnsweringTask
@@ -39,6 +42,7 @@ from textkit.tasks.translation import TranslationConfig, TranslationTask
 from textkit.tasks.word_vector_classification import ClassificationConfig, ClassificationTask
 
 __all__ = [
+    "CausalLMConfig", "CausalLMTask", "causal_lm",
     "ClassificationConfig", "ClassificationTask", "EncoderTask", "EncoderTaskConfig",
     "LanguageModelConfig", "LanguageModelTask", "QuestionAnsweringConfig",
     "QuestionAnsweringTask", "SequenceClassificationConfig", "SequenceClassificationTask",
