@@ -224,3 +224,35 @@ def test_int8_weights_mostly_keep_the_greedy_choice():
     assert agree >= 16, agree
     with pytest.raises(ValueError, match="quantize"):
         Generator.from_pretrained(pretrained, quantize="int4")
+
+
+def test_damaged_weights_are_named(tmp_path):
+    """A cut file, an absurd header length and a damaged shard each name the file."""
+    import struct
+
+    from safetensors.numpy import load_file, save_file
+
+    cut = _edited(tmp_path / "cut", "llama")
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[:len(data) // 2])
+    with pytest.raises(PretrainedError, match=r"cut/llama/model.safetensors: cut short"):
+        load_pretrained(cut)
+    absurd = _edited(tmp_path / "absurd", "llama")
+    (absurd / "model.safetensors").write_bytes(struct.pack("<Q", 10 ** 12) + data[8:])
+    with pytest.raises(PretrainedError, match="header length field says 1,000,000,000,000"):
+        load_pretrained(absurd)
+    sharded = _edited(tmp_path / "sharded", "llama")
+    tensors = load_file(str(sharded / "model.safetensors"))
+    (sharded / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"a.safetensors": names[::2], "b.safetensors": names[1::2]}
+    for file, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(sharded / file))
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: f for f, ks in shards.items() for k in ks}}))
+    assert load_pretrained(sharded).kind == "causal_lm"
+    shard = (sharded / "b.safetensors").read_bytes()
+    (sharded / "b.safetensors").write_bytes(shard[:-100])
+    with pytest.raises(PretrainedError, match=r"b.safetensors \(a shard named by "
+                                              r"model.safetensors.index.json\): cut short"):
+        load_pretrained(sharded)

@@ -460,3 +460,14 @@ def test_encode_batch_shapes_and_names():
         tokenizer.encode_batch(["a", None])
     empty = tokenizer.encode_batch([])
     assert empty["input_ids"].shape == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["bert_seqcls", "distilbert_model", "modernbert_model"])
+def test_a_missing_config_key_is_named(name, tmp_path):
+    key = "dim" if name.startswith("distilbert") else "hidden_size"
+    target = _edited(tmp_path, name)
+    config = json.loads((target / "config.json").read_text())
+    del config[key]
+    (target / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedError, match=f"config.json: missing the key '{key}'"):
+        load_pretrained(target)

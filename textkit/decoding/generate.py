@@ -208,18 +208,19 @@ def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, *,
         logits = _process(config, logits.astype(jnp.float32), s)
         token = _choose(config, logits, jax.random.fold_in(s.rng, s.step))      # [N]
         token = jnp.where(s.running, token, pad_id)
-        filled = _filled(s.history)
-        history = jnp.where(s.running[:, None] & (jnp.arange(s.history.shape[1])
-                                                  == filled[:, None]), token[:, None],
-                            s.history)
+        history, seen = s.history, s.seen         # kept up to date only where an option reads
+        if config.no_repeat_ngram_size:
+            write = jnp.arange(history.shape[1]) == _filled(history)[:, None]   # [N, H]
+            history = jnp.where(s.running[:, None] & write, token[:, None], history)
+        if config.repetition_penalty != 1.0:
+            seen = seen.at[jnp.arange(token.shape[0]), token].max(s.running)
         new_length = s.step + 1
         return _Rows(
             step=new_length, cache=cache, last=token,
             tokens=jnp.where(positions == s.step, token[:, None], s.tokens),
             lengths=jnp.where(s.running, new_length, s.lengths),
             running=s.running & ~jnp.isin(token, eos) & (new_length < config.max_new_tokens),
-            seen=s.seen.at[jnp.arange(token.shape[0]), token].max(s.running),
-            history=history, rng=s.rng)
+            seen=seen, history=history, rng=s.rng)
 
     state = state._replace(running=state.running & ~stopped)
     return lax.while_loop(lambda s: (s.step < until) & jnp.any(s.running), extend, state)

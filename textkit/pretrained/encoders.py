@@ -97,8 +97,18 @@ def head_of(hf: Mapping[str, Any], root: Path) -> str:
 def encoder_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
                    **overrides: Any) -> EncoderConfig:
     """``EncoderConfig`` of an encoder ``config.json`` dict (``UnsupportedArchitectureError``
-    names the first option textkit does not implement); ``overrides`` replace fields."""
-    root = Path(root)
+    names the first option textkit does not implement; a missing key is a
+    ``PretrainedError`` naming it); ``overrides`` replace fields."""
+    try:
+        return _encoder_config(hf, Path(root), overrides)
+    except KeyError as err:
+        raise PretrainedError(f"{Path(root) / 'config.json'}: missing the key "
+                              f"{err.args[0]!r} a {hf.get('model_type')} config.json "
+                              f"has") from None
+
+
+def _encoder_config(hf: Mapping[str, Any], root: Path,
+                    overrides: dict[str, Any]) -> EncoderConfig:
     model_type = hf["model_type"]
     if model_type in _FAMILY_OPTIONS:
         return _family_config(hf, root, overrides)

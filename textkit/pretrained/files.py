@@ -12,6 +12,7 @@ import numpy as np
 from textkit.pretrained.errors import (
     MissingFileError,
     NotCheckpointError,
+    PretrainedError,
     UnsupportedArchitectureError,
 )
 
@@ -47,14 +48,47 @@ def unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchit
                                         f"supported: {why}")
 
 
+def _safetensors(path: Path, shard_of: Path | None = None) -> dict[str, np.ndarray]:
+    """The tensors of one safetensors file as float32, its header checked first: a length
+    field that does not fit the file, a header that is not JSON, or tensor offsets past the end
+    (a file cut short) are ``PretrainedError``s naming the file (and the index naming it)."""
+    from safetensors.numpy import load_file
+
+    where = f"{path}" + (f" (a shard named by {shard_of.name})" if shard_of else "")
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if length < 2 or 8 + length > size:
+            raise PretrainedError(f"{where}: not a safetensors file, or cut short: its header "
+                                  f"length field says {length:,} bytes but the file has "
+                                  f"{size:,} (a damaged or partial download?)")
+        try:
+            header = json.loads(handle.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise PretrainedError(f"{where}: the safetensors header is not valid JSON "
+                                  f"({err})") from None
+    if not isinstance(header, dict):
+        raise PretrainedError(f"{where}: the safetensors header is not a JSON object")
+    end = max((int(entry["data_offsets"][1]) for name, entry in header.items()
+               if name != "__metadata__" and isinstance(entry, dict)
+               and "data_offsets" in entry), default=0)
+    if 8 + length + end > size:
+        raise PretrainedError(f"{where}: cut short: its tensors need {8 + length + end:,} bytes "
+                              f"but the file has {size:,} (a partial download?)")
+    try:
+        return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
+    except Exception as err:  # safetensors raises its own SafetensorError and OSError
+        raise PretrainedError(f"{where}: unreadable safetensors file ({err})") from None
+
+
 def read_tensors(root: Path) -> dict[str, np.ndarray]:
     """The checkpoint's tensors as float32 numpy arrays: ``model.safetensors``, sharded
     safetensors (``model.safetensors.index.json`` and the shards its ``weight_map`` names),
-    else torch's ``pytorch_model.bin`` (only when torch is installed)."""
+    else torch's ``pytorch_model.bin`` (only when torch is installed). A damaged file is a
+    ``PretrainedError`` naming it (``_safetensors``)."""
     index = root / "model.safetensors.index.json"
     if not (root / "model.safetensors").is_file() and index.is_file():
-        from safetensors.numpy import load_file
-
         try:
             shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
         except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as err:
@@ -66,14 +100,11 @@ def read_tensors(root: Path) -> dict[str, np.ndarray]:
                                    f"by {index.name}")
         tensors: dict[str, np.ndarray] = {}
         for name in shards:
-            tensors.update({k: v.astype(np.float32)
-                            for k, v in load_file(str(root / name)).items()})
+            tensors.update(_safetensors(root / name, index))
         return tensors
     path = root / "model.safetensors"
     if path.is_file():
-        from safetensors.numpy import load_file
-
-        return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
+        return _safetensors(path)
     if (root / "pytorch_model.bin").is_file():
         try:
             import torch
