@@ -14,7 +14,7 @@ from textkit.host_memory import keep_freed_memory
 
 keep_freed_memory()
 
-__version__ = "0.2.0.dev0"
+_DISTRIBUTION = "textkit-jax"   # the name on the package index; the import name is textkit
 
 _SUBMODULES = (
     "batchify",
@@ -36,13 +36,19 @@ _SUBMODULES = (
 
 
 def __getattr__(name: str):
+    if name == "__version__":     # the installed metadata's: pyproject.toml is its one source
+        metadata = importlib.import_module("importlib.metadata")
+        try:
+            return metadata.version(_DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return "0+unknown"    # a source tree on sys.path, never installed
     if name in _SUBMODULES:
         return importlib.import_module(f"textkit.{name}")
     raise AttributeError(f"module 'textkit' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_SUBMODULES))
+    return sorted([*globals(), "__version__", *_SUBMODULES])
 
 
 __all__ = ["ConfigError", "TextkitError", "__version__", *_SUBMODULES]

@@ -1,155 +1,16 @@
-"""Translate sentences with a model trained by ``examples/nmt/train.py``.
-
-Reads one sentence per line from --input (default: stdin), writes one translation per line to
---output (default: stdout). The model, its configuration and SentencePiece models come from the
-training run's --save-dir; the parameters are the ones its test evaluation used (``final/``)::
+"""Translate sentences with a model trained by ``examples/nmt/train.py`` or a Marian / OPUS-MT
+checkpoint, one sentence per line::
 
     python examples/nmt/translate.py --checkpoint runs/nmt_toy < sentences.txt
-    python examples/nmt/translate.py --checkpoint runs/nmt_toy --input test.src \\
-        --output test.hyp --reference test.tgt --beam-size 4 --alpha 0.6
-
-A pretrained Marian / OPUS-MT checkpoint directory (Hugging Face layout, downloaded by any
-tool) translates the same way; the search follows its generation_config.json (beam size,
-length penalty in transformers' form n ** alpha, max_length, banned pad, forced EOS), and the
-flags override it (--max-length counts output tokens, EOS included: transformers'
-max_new_tokens, i.e. max_length - 1)::
-
     python examples/nmt/translate.py --pretrained opus-mt-en-de < sentences.txt
-    python examples/nmt/translate.py --pretrained opus-mt-en-de --beam-size 1
 
---quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.kernels.quantize_int8``).
-With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
-longer than the model accepts is truncated with a warning naming its line (--on-long-source
-truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
-the line.
+The recipe is ``textkit.cli.translate``, installed as ``textkit-translate`` (see its docstring
+for every flag).
 """
 
-from __future__ import annotations
-
-import argparse
 import sys
-import time
-from collections.abc import Sequence
 
-from textkit._io import write_text_atomic
-from textkit.data.datasets import read_lines
-from textkit.decoding import Translator
-from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.pretrained import PretrainedError, load_translator
-from textkit.tasks import translation
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
-    model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
-                       "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
-    model.add_argument("--pretrained", help="a Marian / OPUS-MT checkpoint directory")
-    data = p.add_argument_group("data")
-    data.add_argument("--input", default="-", help="source sentences, one per line (-: stdin); "
-                      "an empty line gives an empty translation")
-    data.add_argument("--on-long-source", choices=LONG_SOURCE_POLICIES, default="truncate",
-                      help="a source longer than the model's positions: truncate it (warning "
-                           "naming the line) or stop with an error naming the line")
-    decoding = p.add_argument_group("evaluation")
-    decoding.add_argument("--beam-size", type=int, default=None,
-                          help="default: the training run's")
-    decoding.add_argument("--alpha", type=float, default=None,
-                          help="default: the training run's")
-    decoding.add_argument("--max-length", type=int, default=None,
-                          help="--pretrained: most output tokens, EOS included (default: "
-                               "generation_config.json's max_length - 1)")
-    decoding.add_argument("--batch-size", type=int, default=None,
-                          help="sentences per decode batch")
-    decoding.add_argument("--quantize", choices=["int8"], default=None,
-                          help="int8 weights and int8 x int8 matmuls (CPU inference)")
-    decoding.add_argument("--one-cache-segment", action="store_true",
-                          help="keep the decoding cache at full length from the first step "
-                               "(default: grown in up to three segments)")
-    decoding.add_argument("--reference", default=None,
-                          help="reference file: print BLEU to stderr")
-    output = p.add_argument_group("output")
-    output.add_argument("--output", default="-",
-                        help="translations, one per line (-: stdout)")
-    return p.parse_args(argv)
-
-
-def read_stdin_lines() -> list[str]:
-    """Lines of stdin read as bytes and decoded as UTF-8 (a leading BOM dropped); bytes that
-    are not UTF-8 raise ``ValueError`` naming the line."""
-    lines = sys.stdin.buffer.read().splitlines()
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            texts.append(line.decode("utf-8-sig" if number == 1 else "utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(f"<stdin>, line {number}: invalid utf-8 ({err.reason} at byte "
-                             f"{err.start} of the line)") from None
-    return texts
-
-
-def pretrained_translator(args: argparse.Namespace,
-                          ) -> tuple[Translator, object, str, bool]:
-    """(translator, params, description, pretokenized) of a --pretrained checkpoint directory;
-    the flags given override its generation defaults."""
-    given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
-             "batch_size": args.batch_size, "quantize": args.quantize}
-    options = {k: v for k, v in given.items() if v is not None}
-    if args.one_cache_segment:
-        options["grow_cache"] = False
-    try:
-        translator, params = load_translator(
-            args.pretrained, on_long_source=args.on_long_source, **options)
-    except PretrainedError as err:
-        raise SystemExit(f"--pretrained: {err}") from None
-    return translator, params, f"the pretrained checkpoint {args.pretrained}", False
-
-
-def checkpoint_translator(args: argparse.Namespace,
-                          ) -> tuple[Translator, object, str, bool]:
-    """(translator, params, description, pretokenized) of a training run's directory
-    (pretokenized: it trained on the toy corpus, tokenised by design)."""
-    run = translation.load_trained(args.checkpoint)
-    config = run.config
-    translator = Translator(
-        run.model, run.src_tokenizer, run.tgt_tokenizer,
-        beam_size=args.beam_size if args.beam_size is not None else config["beam_size"],
-        alpha=args.alpha if args.alpha is not None else config["alpha"],
-        batch_size=args.batch_size or config["decode_batch_size"],
-        on_long_source=args.on_long_source, quantize=args.quantize,
-        grow_cache=not args.one_cache_segment)
-    return translator, run.params, run.source, config.get("dataset") == "toy"
-
-
-def main(argv: Sequence[str] | None = None) -> list[str]:
-    args = parse_args(argv)
-    started = time.perf_counter()
-    sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
-    if args.pretrained is not None:
-        translator, params, described, pretokenized = pretrained_translator(args)
-    else:
-        translator, params, described, pretokenized = checkpoint_translator(args)
-    translations = translator.translate(params, sources, progress=args.output != "-")
-
-    text = "".join(line + "\n" for line in translations)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        write_text_atomic(args.output, text)
-    if args.reference is not None:
-        references = read_lines(args.reference)
-        if len(references) != len(sources):
-            raise SystemExit(f"{args.reference} has {len(references)} lines but the input has "
-                             f"{len(sources)}")
-        scores = translation.bleu_scores(translations, references, pretokenized=pretokenized)
-        print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
-        print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
-              file=sys.stderr)
-    print(f"translated {len(sources)} sentences with {described} in "
-          f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
-    return translations
-
+from textkit.cli.translate import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

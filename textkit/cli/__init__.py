@@ -1,6 +1,9 @@
 """Command-line entry points and the flag parsing the recipes share.
 
-``flags``: frozen config dataclasses as command lines (``parse_config``). ``run_main`` runs a
+``flags``: frozen config dataclasses as command lines (``parse_config``). The installed
+command lines (``pyproject.toml``'s ``[project.scripts]``) call ``translate.main``
+(``textkit-translate``), ``finetune.main`` (``textkit-finetune``) and ``generate.main``
+(``textkit-generate``); the recipes in ``examples/`` run the same code. ``run_main`` runs a
 recipe's ``main`` and turns a ``textkit.TextkitError`` into ``error: <message>`` on stderr and
 exit status 2 (no traceback: the message says what to change).
 """

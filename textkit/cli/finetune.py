@@ -9,21 +9,37 @@ At the end the best parameters are scored on the validation split (and the test 
 there is one), exported with ``save_pretrained`` to ``<run>/export`` (transformers loads it),
 and ``summary.json`` gets the scores. ``--predict FILE`` with ``--pretrained <run>/export``
 writes ``<run>/predictions.jsonl`` (``predictions.json`` for SQuAD) instead of training.
+
+``main`` is the command line ``textkit-finetune {classify,squad,ner} [flags]`` (installed with
+the package): the recipe of that name, as ``examples/finetune/<name>.py`` runs it.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 
 from textkit import parallel
+from textkit.cli import run_main
 from textkit.cli.flags import parse_config
+from textkit.tasks import get_task
 from textkit.tasks.encoder_task import EncoderTask, bucket_padding
 from textkit.training import RunDir, create_train_state, fit, launch, run_writers
 
-__all__ = ["RESUME_KEYS", "finetune"]
+__all__ = ["RECIPES", "RESUME_KEYS", "finetune", "main"]
+
+RECIPES = {
+    "classify": ("sequence_classification", "Fine-tune an encoder for sentence (pair) "
+                 "classification or regression (GLUE, table files) and export it."),
+    "squad": ("question_answering", "Fine-tune an encoder for extractive question answering "
+              "(SQuAD v1.1 / v2.0) and export it."),
+    "ner": ("token_classification", "Fine-tune an encoder for named-entity recognition (CoNLL "
+            "columns) and export it."),
+}
+"""``textkit-finetune`` recipe name -> (registered task, description)."""
 
 RESUME_KEYS = ("dataset", "pretrained", "init", "model", "model_overrides", "precision",
                "vocab_size", "max_length", "batch_tokens", "num_buckets", "train_file",
@@ -31,11 +47,28 @@ RESUME_KEYS = ("dataset", "pretrained", "init", "model", "model_overrides", "pre
 """Settings a resumed run must share with the run it continues."""
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``textkit-finetune RECIPE [flags]``: ``finetune`` with the task of ``RECIPES[RECIPE]``
+    (``textkit-finetune classify --help`` lists its flags); a ``TextkitError`` exits with
+    status 2 and its message."""
+    parser = argparse.ArgumentParser(
+        prog="textkit-finetune", description="Fine-tune an encoder and export it: "
+        + "; ".join(f"{name}: {task}" for name, (task, _) in RECIPES.items()) + ".")
+    parser.add_argument("recipe", choices=RECIPES)
+    parser.add_argument("flags", nargs=argparse.REMAINDER,
+                        help="the recipe's flags (textkit-finetune RECIPE --help)")
+    args = parser.parse_args(argv)
+    task, description = RECIPES[args.recipe]
+    run_main(lambda: finetune(get_task(task), args.flags, description,
+                              prog=f"textkit-finetune {args.recipe}"))
+    return 0
+
+
 def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
-             description: str) -> dict[str, Any]:
-    """Run the recipe (module docstring) for ``task_cls`` with the command line ``argv``;
-    returns the summary."""
-    config = parse_config(task_cls.config_class, argv, description)
+             description: str, *, prog: str | None = None) -> dict[str, Any]:
+    """Run the recipe (module docstring) for ``task_cls`` with the command line ``argv``
+    (``prog``: the command's name in its usage line); returns the summary."""
+    config = parse_config(task_cls.config_class, argv, description, prog=prog)
     if config.predict:
         return predict(task_cls, config)
     run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,

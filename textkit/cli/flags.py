@@ -73,11 +73,13 @@ def _add_flags(groups: dict[str, Any], config_cls: type, defaults: Any) -> None:
 
 
 def parser_for(config_cls: type, description: str = "", *, defaults: Any = None,
-               ) -> argparse.ArgumentParser:
+               prog: str | None = None) -> argparse.ArgumentParser:
     """The ``ArgumentParser`` of ``config_cls``'s flags, grouped, defaults shown
-    (``defaults``: an instance whose values replace the fields' defaults)."""
+    (``defaults``: an instance whose values replace the fields' defaults; ``prog``: the
+    command's name in the usage line, default the program's)."""
     parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        prog=prog, description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     _add_flags(groups, config_cls, defaults)
     return parser
@@ -104,10 +106,11 @@ def _build(config_cls: type, values: dict[str, Any], defaults: Any = None) -> An
 
 
 def parse_config(config_cls: type[Config], argv: Sequence[str] | None = None,
-                 description: str = "", *, defaults: Config | None = None) -> Config:
+                 description: str = "", *, defaults: Config | None = None,
+                 prog: str | None = None) -> Config:
     """Parse ``argv`` (default ``sys.argv[1:]``) into a frozen ``config_cls``; a value the
     config refuses (its ``__post_init__`` raising ``ValueError``) is a usage error."""
-    parser = parser_for(config_cls, description, defaults=defaults)
+    parser = parser_for(config_cls, description, defaults=defaults, prog=prog)
     values = vars(parser.parse_args(argv))
     try:
         return _build(config_cls, values, defaults)
