@@ -7,11 +7,15 @@ recipes' own end-to-end runs (``test_finetune_recipes.py``) are in the slow tier
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from textkit.cli.finetune import RESUME_KEYS, finetune
+from textkit.errors import ConfigError
 from textkit.pretrained import load_pretrained
 from textkit.tasks import SequenceClassificationTask
 
@@ -34,6 +38,10 @@ def _tsv(path: Path, rows: list[tuple[str, str]]) -> str:
     return str(path)
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
 def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(tmp_path):
     train = _tsv(tmp_path / "train.tsv", _rows(24, 0))
     valid_rows = _rows(10, 1)
@@ -53,6 +61,12 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     export = Path(summary["export"])
     config = json.loads((export / "config.json").read_text())
     assert config["id2label"] == {"0": "neg", "1": "pos"}    # the training file's sorted labels
+    (tmp_path / "probe").write_text("")                      # the modes the umask gives
+    (tmp_path / "probe_dir").mkdir()
+    for path in (tmp_path / "run" / "config.json", tmp_path / "run" / "summary.json",
+                 export / "config.json"):
+        assert _mode(path) == _mode(tmp_path / "probe"), path      # not tempfile's 0600
+    assert _mode(export) == _mode(tmp_path / "probe_dir")          # not tempfile's 0700
 
     # the export's own logits, computed here: the reference for --predict and the summary
     pretrained = load_pretrained(export)
@@ -72,3 +86,27 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     records = [json.loads(line) for line in Path(out["predictions"]).read_text().splitlines()]
     assert [r["text"] for r in records] == [t for t, _ in valid_rows]
     assert [r["label"] for r in records] == expected
+
+
+def test_predict_refuses_a_missing_export_early_and_never_moves_latest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trained = Path("runs/classify_toy/20240101-000000")
+    trained.mkdir(parents=True)
+    os.symlink(trained.name, "runs/classify_toy/latest")
+    inputs = _tsv(tmp_path / "new.tsv", _rows(3, 2))
+    with pytest.raises(ConfigError, match=r"runs/classify_toy/latest/export: no checkpoint "
+                       r"there .*the export of a finished fine-tuning run"):
+        finetune(SequenceClassificationTask, [
+            "--pretrained", "runs/classify_toy/latest/export", "--predict", inputs], "test")
+    assert sorted(p.name for p in Path("runs/classify_toy").iterdir()) == [
+        "20240101-000000", "latest"]                      # nothing written
+    with pytest.raises(ConfigError, match="--predict missing.tsv: no such file"):
+        finetune(SequenceClassificationTask, [
+            "--pretrained", str(FIXTURE), "--predict", "missing.tsv"], "test")
+
+    out = finetune(SequenceClassificationTask, [
+        "--pretrained", str(FIXTURE), "--predict", inputs, "--max-length", "16"], "test")
+    assert out["count"] == 3
+    assert Path(out["predictions"]).resolve().parent.parent == (
+        tmp_path / "runs/classify_toy/predictions").resolve()
+    assert os.readlink("runs/classify_toy/latest") == trained.name      # not moved

@@ -1,8 +1,16 @@
 import json
+import os
+import stat
 
 import pytest
 
-from textkit._io import atomic_dir, atomic_path, write_bytes_atomic, write_json_atomic
+from textkit._io import (
+    atomic_dir,
+    atomic_path,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 def test_writers_create_parents_and_leave_no_temporary_files(tmp_path):
@@ -32,3 +40,24 @@ def test_atomic_dir_replaces_a_folder_and_keeps_it_on_failure(tmp_path):
         raise RuntimeError("boom")
     assert (path / "f").read_text() == "two" and sorted(tmp_path.iterdir()) == [path]
 
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_written_files_and_folders_get_the_modes_the_umask_allows(tmp_path, mask):
+    """As ``open`` and ``mkdir`` would (not tempfile's 0600 / 0700): a group member can read
+    an export or a run's config.json where the umask lets them."""
+    old = os.umask(mask)
+    try:
+        write_json_atomic(tmp_path / "config.json", {"a": 1})
+        with atomic_dir(tmp_path / "export") as staging:
+            write_text_atomic(staging / "vocab.txt", "a\n")
+        (tmp_path / "plain").write_text("x")
+        (tmp_path / "plain_dir").mkdir()
+    finally:
+        os.umask(old)
+
+    def mode(name: str) -> int:
+        return stat.S_IMODE((tmp_path / name).stat().st_mode)
+
+    assert mode("config.json") == mode("export/vocab.txt") == mode("plain") == 0o666 & ~mask
+    assert mode("export") == mode("plain_dir") == 0o777 & ~mask

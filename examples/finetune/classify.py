@@ -7,7 +7,7 @@ With no arguments it trains a small BERT from scratch on the built-in toy sentim
     python examples/finetune/classify.py --pretrained DIR --train-file train.csv \\
         --valid-file dev.csv --text-column review --label-column stars
     python examples/finetune/classify.py --pretrained runs/classify_toy/latest/export \\
-        --predict new.tsv                      # writes <run>/predictions.jsonl
+        --predict new.tsv     # writes runs/classify_toy/predictions/<time>/predictions.jsonl
 
 ``--pretrained DIR`` is a Hugging Face checkpoint directory (BERT, RoBERTa, XLM-R, ELECTRA,
 DistilBERT, ...); ``--init random`` trains its architecture from fresh weights. The run keeps

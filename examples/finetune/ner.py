@@ -7,7 +7,7 @@ arguments it trains a small BERT from scratch on built-in toy sentences:
     python examples/finetune/ner.py --pretrained DIR --train-file train.conll \\
         --valid-file dev.conll --test-file test.conll
     python examples/finetune/ner.py --pretrained runs/ner_toy/latest/export \\
-        --predict words.txt                     # writes <run>/predictions.conll
+        --predict words.txt     # writes runs/ner_toy/predictions/<time>/predictions.conll
 
 Each word's tag is learnt and predicted at its first sub-word; entities are scored as conlleval
 and seqeval count them (exact span and type). The best checkpoint by validation F1 is scored on

@@ -7,7 +7,7 @@ With no arguments it trains a small BERT from scratch on built-in toy questions:
     python examples/finetune/squad.py --pretrained DIR --train-file train.json \\
         --valid-file dev.json --max-length 384 --doc-stride 128
     python examples/finetune/squad.py --pretrained runs/squad_toy/latest/export \\
-        --predict questions.json                # writes <run>/predictions.json
+        --predict questions.json  # writes runs/squad_toy/predictions/<time>/predictions.json
 
 Questions and contexts are cut into --max-length windows that share --doc-stride tokens; the
 best span over a question's windows is its answer. The evaluated split's answers are written to

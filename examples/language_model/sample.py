@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from textkit.cli.flags import HelpFormatter
 from textkit.decoding import ExcludeTokensStep, model_step_fn, prefill, sample
 from textkit.models import max_positions
 from textkit.tasks import language_model as lm
@@ -30,7 +31,7 @@ from textkit.vocab import Vocab
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     model = p.add_argument_group("model")
     model.add_argument("--checkpoint", required=True, help="a train.py run directory, or its "
                        "runs folder (e.g. runs/lm_toy: the newest run, through 'latest')")

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+from textkit.cli.flags import HelpFormatter
 from textkit.embedding import (
     TokenEmbedding,
     create,
@@ -27,7 +28,7 @@ from textkit.embedding import (
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     model = parser.add_argument_group("model", "the vectors")
     source = model.add_mutually_exclusive_group(required=True)
     source.add_argument("--embedding-path", type=Path, help="vector file (any supported format)")

@@ -8,7 +8,8 @@ metric kept (``checkpoints/``), ``--resume``, several devices as in the translat
 At the end the best parameters are scored on the validation split (and the test split where
 there is one), exported with ``save_pretrained`` to ``<run>/export`` (transformers loads it),
 and ``summary.json`` gets the scores. ``--predict FILE`` with ``--pretrained <run>/export``
-writes ``<run>/predictions.jsonl`` (``predictions.json`` for SQuAD) instead of training.
+writes ``predictions.jsonl`` (``predictions.json`` for SQuAD) into a new run directory under
+``<runs folder>/predictions`` (or ``--save-dir``) instead of training.
 
 ``main`` is the command line ``textkit-finetune {classify,squad,ner} [flags]`` (installed with
 the package): the recipe of that name, as ``examples/finetune/<name>.py`` runs it.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -25,6 +27,7 @@ import jax
 from textkit import parallel
 from textkit.cli import run_main
 from textkit.cli.flags import parse_config
+from textkit.errors import ConfigError
 from textkit.tasks import get_task
 from textkit.tasks.encoder_task import EncoderTask, bucket_padding
 from textkit.training import RunDir, create_train_state, fit, launch, run_writers
@@ -133,9 +136,19 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
 
 def predict(task_cls: type[EncoderTask], config: Any) -> dict[str, Any]:
     """Predictions of a fine-tuned export (``--pretrained``) for the inputs of
-    ``--predict FILE``, written into a new run directory."""
-    run = RunDir.start(config.save_dir, config.runs_folder, config.record(), resume=False,
-                       check=())
+    ``--predict FILE``, written into a new run directory: ``--save-dir``, or one under
+    ``<runs folder>/predictions`` (the training runs' ``latest`` link never moves). An export
+    or an input file that is not there is refused before anything is written."""
+    export = Path(config.pretrained)
+    if not (export / "config.json").is_file():
+        raise ConfigError(
+            f"--pretrained {export}: no checkpoint there ({export / 'config.json'} does not "
+            "exist); --predict reads the export of a finished fine-tuning run, e.g. "
+            f"{config.runs_folder}/latest/export")
+    if not Path(config.predict).is_file():
+        raise ConfigError(f"--predict {config.predict}: no such file")
+    run = RunDir.start(config.save_dir, f"{config.runs_folder}/predictions", config.record(),
+                       resume=False, check=())
     task = task_cls(config, run)
     data = task.read_inputs(config.predict)
     task.prepare_inputs(data)

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from textkit.settings import GROUPS, flag
 
-__all__ = ["GROUPS", "flag", "parse_config", "parser_for"]
+__all__ = ["GROUPS", "HelpFormatter", "flag", "parse_config", "parser_for"]
 
 Config = TypeVar("Config")
 
@@ -72,14 +72,23 @@ def _add_flags(groups: dict[str, Any], config_cls: type, defaults: Any) -> None:
         groups[meta["group"]].add_argument(*names, **options)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each flag's default once: ``(default: ...)`` is added after the help
+    unless the help already says what the default is (e.g. "default: the dataset's first")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser_for(config_cls: type, description: str = "", *, defaults: Any = None,
                prog: str | None = None) -> argparse.ArgumentParser:
     """The ``ArgumentParser`` of ``config_cls``'s flags, grouped, defaults shown
     (``defaults``: an instance whose values replace the fields' defaults; ``prog``: the
     command's name in the usage line, default the program's)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        prog=prog, description=description, formatter_class=HelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     _add_flags(groups, config_cls, defaults)
     return parser

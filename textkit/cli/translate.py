@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 
 from textkit._io import write_text_atomic
+from textkit.cli.flags import HelpFormatter
 from textkit.data.datasets import read_lines
 from textkit.decoding import Translator
 from textkit.decoding.translator import LONG_SOURCE_POLICIES
@@ -43,7 +44,7 @@ from textkit.tasks import translation
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
     model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
                        "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
