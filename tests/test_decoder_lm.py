@@ -256,3 +256,27 @@ def test_damaged_weights_are_named(tmp_path):
     with pytest.raises(PretrainedError, match=r"b.safetensors \(a shard named by "
                                               r"model.safetensors.index.json\): cut short"):
         load_pretrained(sharded)
+
+
+def test_stop_strings_end_a_row_after_the_string():
+    pretrained, ref = loaded("qwen3"), reference("qwen3")
+    generator = Generator.from_pretrained(pretrained, max_new_tokens=10, batch_size=4,
+                                          min_new_tokens=10)
+    prompts = ref["prompts"][:3]
+    full = generator.generate(pretrained.params, prompts)
+    stop = next(g.text[3:5] for g in full if len(g.text) > 6)
+    cut = generator.generate(pretrained.params, prompts, stop_strings=(stop,))
+    for whole, short in zip(full, cut):
+        end = whole.text.find(stop)
+        assert short.text == (whole.text if end < 0 else whole.text[:end + len(stop)])
+        assert short.token_ids == whole.token_ids[:len(short.token_ids)]
+        if end >= 0:        # the ids stop at the token that completes the stop string
+            assert stop in pretrained.tokenizer.decode(short.token_ids)
+            assert stop not in pretrained.tokenizer.decode(short.token_ids[:-1])
+
+
+def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path):
+    from textkit.pretrained.errors import VocabSizeMismatchError
+
+    with pytest.raises(VocabSizeMismatchError, match="tokenizer has 320 ids but the model 100"):
+        load_pretrained(_edited(tmp_path, "llama", vocab_size=100))

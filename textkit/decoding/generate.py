@@ -77,7 +77,9 @@ class GenerationConfig:
                   ("min_p", 0.0 <= self.min_p < 1.0, "in [0, 1)"),
                   ("repetition_penalty", self.repetition_penalty > 0, "> 0 (1: none)"),
                   ("no_repeat_ngram_size", self.no_repeat_ngram_size >= 0, ">= 0"),
-                  ("min_new_tokens", self.min_new_tokens >= 0, ">= 0")]
+                  ("min_new_tokens", self.min_new_tokens >= 0, ">= 0"),
+                  ("stop_strings", all(isinstance(t, str) and t for t in self.stop_strings),
+                   "non-empty strings")]
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"generation option {name}={getattr(self, name)!r}: expected "
@@ -436,9 +438,12 @@ class Generator:
                     piece += streams[r].flush()
                     done_at[r] = emitted[r]
                 cut = _stop(texts[r] + piece, config.stop_strings)
-                if cut is not None:
+                if cut is not None:     # ids end with the token that completes the string
                     piece = (texts[r] + piece)[len(texts[r]):cut]
-                    stopped[r], done_at[r] = True, emitted[r]
+                    ids = tokens[r, :emitted[r]].tolist()
+                    stopped[r], done_at[r] = True, next(
+                        k for k in range(1, len(ids) + 1)
+                        if _stop(self.tokenizer.decode(ids[:k]), config.stop_strings))
                 texts[r] += piece
                 if stream and piece:
                     yield indices[r], piece
