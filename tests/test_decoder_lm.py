@@ -280,3 +280,15 @@ def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path):
 
     with pytest.raises(VocabSizeMismatchError, match="tokenizer has 320 ids but the model 100"):
         load_pretrained(_edited(tmp_path, "llama", vocab_size=100))
+
+
+def test_stream_chunks_share_one_compiled_program():
+    from textkit.decoding.generate import _advance
+
+    pretrained = loaded("gemma")
+    generator = Generator.from_pretrained(pretrained, max_new_tokens=9, batch_size=2,
+                                          min_new_tokens=9)
+    list(generator.generate_stream(pretrained.params, [[5, 6]], chunk_size=2))
+    before = _advance._cache_size()
+    pieces = list(generator.generate_stream(pretrained.params, [[7, 8, 9]], chunk_size=2))
+    assert pieces and _advance._cache_size() == before     # 5 chunks, no new program

@@ -195,12 +195,13 @@ def _choose(config: GenerationConfig, logits: jax.Array, key: jax.Array) -> jax.
     return jnp.take_along_axis(ids, choice[:, None], 1)[:, 0].astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "config", "until", "pad_id"),
+@functools.partial(jax.jit, static_argnames=("model", "config", "pad_id"),
                    donate_argnames=("state",))
-def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, *,
-             config: GenerationConfig, until: int, pad_id: int) -> _Rows:
-    """Run the loop until ``until`` tokens are generated or every row has ended; rows in
-    ``stopped`` bool[N] (a stop string seen on the host) end first."""
+def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, until: jax.Array,
+             *, config: GenerationConfig, pad_id: int) -> _Rows:
+    """Run the loop until ``until`` int32[] tokens are generated or every row has ended
+    (``until`` is data: every chunk of a stream runs the same program); rows in ``stopped``
+    bool[N] (a stop string seen on the host) end first."""
     eos = jnp.asarray(config.eos_ids, jnp.int32)
     positions = jnp.arange(state.tokens.shape[1])
 
@@ -425,8 +426,8 @@ class Generator:
         emitted = [0] * count
         while True:
             until = min(int(state.step) + step, config.max_new_tokens)
-            state = _advance(self.model, params, state, jnp.asarray(stopped), config=config,
-                             until=until, pad_id=self.pad_id)
+            state = _advance(self.model, params, state, jnp.asarray(stopped),
+                             jnp.int32(until), config=config, pad_id=self.pad_id)
             tokens, lengths = np.asarray(state.tokens), np.asarray(state.lengths)
             for r in range(count):
                 if done_at[r] is not None:
