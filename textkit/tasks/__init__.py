@@ -15,13 +15,16 @@ training loop: the recipes in ``examples/`` hand these pieces to ``fit``. See
 Modules: ``translation``, ``language_model``, ``word_vector_classification`` (registered as
 ``classification``), ``encoder_task`` (the encoder fine-tuning base class),
 ``sequence_classification``, ``question_answering``, ``token_classification``, ``causal_lm``
-(decoder-only language models: fine-tuning checkpoints, or presets from scratch).
+(decoder-only language models: fine-tuning checkpoints, or presets from scratch),
+``pretraining`` (encoder pretraining from raw text: masked LM, ELECTRA; its networks and loss
+in ``pretraining_objectives``).
 """
 
 from textkit.tasks import (
     causal_lm,
     encoder_task,
     language_model,
+    pretraining,
     question_answering,
     sequence_classification,
     token_classification,
