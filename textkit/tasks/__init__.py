@@ -45,7 +45,7 @@ from textkit.tasks.translation import TranslationConfig, TranslationTask
 from textkit.tasks.word_vector_classification import ClassificationConfig, ClassificationTask
 
 __all__ = [
-    "CausalLMConfig", "CausalLMTask", "causal_lm",
+    "CausalLMConfig", "CausalLMTask", "causal_lm", "pretraining",
     "ClassificationConfig", "ClassificationTask", "EncoderTask", "EncoderTaskConfig",
     "LanguageModelConfig", "LanguageModelTask", "QuestionAnsweringConfig",
     "QuestionAnsweringTask", "SequenceClassificationConfig", "SequenceClassificationTask",
