@@ -251,3 +251,16 @@ def test_electra_recipe_trains_both_networks_and_exports_them(tmp_path):
     assert math.isfinite(summary["valid_mlm_loss"]) and summary["last_loss"] > 0
     export = Path(summary["export"])
     assert load_pretrained(export / "generator").model.config.head == "masked_lm"
+
+
+@pytest.mark.slow
+def test_benchmark_quick_without_a_peer(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretrain.py"), "--quick",
+                           "--no-peer", "--rounds", "1"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["peer_skipped"] == "--no-peer" and result["quick"] is True
+    assert result["masking_headroom"] == pytest.approx(
+        result["masking_seq_s"] / result["step_seq_s"], rel=0.01)
+    assert math.isfinite(result["loss_float32"]) and math.isfinite(result["loss_bfloat16"])
