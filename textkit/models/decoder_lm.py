@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from textkit.models.attention import dot_product_attention
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
     ACTIVATIONS,
@@ -47,11 +48,10 @@ from textkit.models.layers import (
     Embed,
     FeedForward,
     LayerNorm,
-    dropout,
     log_softmax,
 )
 from textkit.models.registry import register_preset
-from textkit.precision import Policy, mask_value
+from textkit.precision import Policy
 
 Array = jax.Array
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -201,7 +201,8 @@ def attention_mask(query_slots: Array, key_slots: Array, key_valid: Array,
 class DecoderAttention(nn.Module):
     """Grouped-query self-attention: one fused projection [D, H + 2 KVH, Dh] (queries, then
     keys, then values), rotary or no positions, optional per-head q/k RMS norms; the G = H / KVH
-    query heads of a key head attend together. Scores and softmax in float32."""
+    query heads of a key head attend together, through the one attention function of
+    ``textkit.models.attention`` (scores and softmax in float32)."""
 
     config: DecoderLMConfig
 
@@ -238,16 +239,21 @@ class DecoderAttention(nn.Module):
                      "value": jax.lax.dynamic_update_slice(cache["value"], value, start)}
             key, value = cache["key"], cache["value"]                           # [B, KV, S, Dh]
         batch, length = query.shape[:2]
-        query = query.astype(jnp.float32) * np.float32(depth ** -0.5)
-        query = jnp.transpose(query.reshape(batch, length, kv_heads, heads // kv_heads, depth),
-                              (0, 2, 3, 1, 4))                                  # [B,KV,G,T,Dh]
-        scores = jnp.einsum("bkgtd,bksd->bkgts", query, key.astype(jnp.float32))
-        scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
-        probs = jax.nn.softmax(scores, axis=-1)
+        groups = heads // kv_heads
+        # the G query heads of a key head are one group of G*T queries: [B, KV, G*T, Dh]
+        query = jnp.transpose(query.reshape(batch, length, kv_heads, groups, depth),
+                              (0, 2, 3, 1, 4)).reshape(batch, kv_heads, groups * length, depth)
+        mask = jnp.broadcast_to(mask, (batch, 1, groups, length, mask.shape[-1])).reshape(
+            batch, 1, groups * length, mask.shape[-1])                          # [B,1,G*T,S]
+        dropout_rng = None
         if not deterministic and c.attention_dropout > 0.0:
-            probs = dropout(probs, c.attention_dropout, self.make_rng("dropout"))
-        out = jnp.einsum("bkgts,bksd->btkgd", probs, value.astype(jnp.float32))
-        out = self.out(out.reshape(batch, length, heads, depth))                # [B, T, D]
+            dropout_rng = self.make_rng("dropout")
+        out = dot_product_attention(query, key, value, mask,
+                                    dropout_rate=c.attention_dropout, dropout_rng=dropout_rng,
+                                    deterministic=deterministic)               # [B,KV,G*T,Dh]
+        out = jnp.transpose(out.reshape(batch, kv_heads, groups, length, depth),
+                            (0, 3, 1, 2, 4)).reshape(batch, length, heads, depth)
+        out = self.out(out)                                                     # [B, T, D]
         return out if cache is None else (out, cache)
 
 
