@@ -47,18 +47,19 @@ def prepared(tmp_path: Path, **fields) -> tuple[PretrainingTask, dict, object]:
 
 def test_electra_labels_are_token_differs_from_the_original():
     targets = jnp.array([[2, 10, 11, 12, 13, 3, 0]])
-    weights = jnp.array([[0, 1, 1, 1, 0, 0, 0]], jnp.float32)
+    positions = jnp.array([[1, 2, 3, 0]])
+    weights = jnp.array([[1, 1, 1, 0]], jnp.float32)
     real = jnp.array([[1, 1, 1, 1, 1, 1, 0]], jnp.float32)
-    # the generator is sure of the original at position 1 and of another token at 2 and 3
-    choice = jnp.array([[0, 10, 20, 21, 0, 0, 0]])
-    logits = jnp.where(jax.nn.one_hot(choice, 30) > 0, 50.0, -50.0)
-    fake, labels = replaced_tokens(logits, targets, weights, real, jax.random.key(0))
-    assert fake.tolist() == [[2, 10, 20, 21, 13, 3, 0]]
+    # the generator is sure of the original at position 1 and of other tokens at 2 and 3
+    logits = jnp.where(jax.nn.one_hot(jnp.array([[10, 20, 21, 5]]), 30) > 0, 50.0, -50.0)
+    fake, labels = replaced_tokens(logits, targets, positions, weights, real, jax.random.key(0))
+    assert fake.tolist() == [[2, 10, 20, 21, 13, 3, 0]]          # the unused slot writes none
     assert labels.tolist() == [[0, 0, 1, 1, 0, 0, 0]]
-    many = jax.random.normal(jax.random.key(1), (64, 7, 30))
-    fake, labels = replaced_tokens(many, jnp.tile(targets, (64, 1)), weights, real,
-                                   jax.random.key(2))
+    many = jax.random.normal(jax.random.key(1), (64, 4, 30))
+    fake, labels = replaced_tokens(many, jnp.tile(targets, (64, 1)), jnp.tile(positions, (64, 1)),
+                                   weights, real, jax.random.key(2))
     assert (labels == ((fake != targets) * real)).all() and (fake[:, 4:] == targets[:, 4:]).all()
+    assert (fake[:, 0] == 2).all() and 0 < float(labels.mean()) < 3 / 7
 
 
 def test_schedule_warms_up_then_decays_to_zero_with_its_power():
@@ -94,6 +95,22 @@ def test_masked_lm_with_sentence_order_evaluates(tmp_path):
     scores = task.evaluate(model, task.init_params(model, jax.random.key(0)), data["valid"])
     assert 0 <= scores["pair_accuracy"] <= 1 and scores["masked_tokens"] > 0
     assert 0 <= scores["mlm_accuracy"] < 0.5 and math.isfinite(scores["mlm_loss"])
+
+
+def test_the_head_at_the_prediction_slots_gives_the_full_logits_there(tmp_path):
+    task, data, model = prepared(tmp_path, objective="mlm")
+    params = task.init_params(model, jax.random.key(5))
+    batch = next(iter(task.make_loader(data["valid"], train=False)))
+    loss, (masked, metrics) = jax.jit(task.make_loss(model))(params, batch, None)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    full = jax.jit(lambda p: model.encoder.apply({"params": p}, **inputs)["logits"])(
+        params["encoder"])                                               # [B, T, V]
+    picked = np.zeros(batch["input_ids"].shape, bool)
+    np.put_along_axis(picked, batch["mlm_positions"], batch["mlm_weights"] > 0, axis=1)
+    log_p = jax.nn.log_softmax(full)[picked]
+    want = -np.take_along_axis(np.asarray(log_p), batch["targets"][picked][:, None], 1).sum()
+    assert float(masked) == picked.sum() > 0
+    assert float(loss) == pytest.approx(want, rel=1e-5) == float(metrics["mlm_nll"])
 
 
 def outputs(network, params, tokenizer: EncoderTokenizer) -> tuple[dict, np.ndarray]:

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from textkit.batchify.shape import BatchShape
 from textkit.data import DataLoader, FixedBucketSampler
-from textkit.data.masking import MaskedLoader, Masker, MaskingConfig
+from textkit.data.masking import MaskedLoader, Masker, MaskingConfig, max_predictions_for
 from textkit.data.pretraining_corpus import (
     PackingConfig,
     PretrainingBatchify,
@@ -202,10 +202,15 @@ def test_mask_counts_within_binomial_bounds(whole_word):
     masker = Masker(MaskingConfig(whole_word=whole_word), mask_id=4, vocab_size=50,
                     never_masked=SPECIAL.never_masked)
     out = masker(batch, np.random.default_rng(1))
-    original, ids, picked = batch["input_ids"], out["input_ids"], out["mlm_weights"] > 0
+    ids, picked = masker.mask(batch["input_ids"], batch["word_starts"], np.random.default_rng(1))
+    original = batch["input_ids"]
+    assert (out["input_ids"] == ids).all() and (out["targets"] == original).all()
+    assert "word_starts" not in out and out["mlm_positions"].shape == (64, 72)   # 1.5 x 38.4
+    slots = np.zeros_like(picked)
+    np.put_along_axis(slots, out["mlm_positions"], out["mlm_weights"] > 0, axis=1)
+    assert (slots == picked).all() and (out["mlm_weights"].sum(1) == picked.sum(1)).all()
     maskable = original >= 5
     assert not picked[~maskable].any() and (ids[~maskable] == original[~maskable]).all()
-    assert (out["targets"] == original).all() and "word_starts" not in out
     if not whole_word:
         assert within(int(picked.sum()), int(maskable.sum()), 0.15)
     n = int(picked.sum())
@@ -222,7 +227,7 @@ def test_whole_words_are_masked_together():
     batch = random_batch(64, 256, seed=3)
     masker = Masker(MaskingConfig(whole_word=True), mask_id=4, vocab_size=50,
                     never_masked=SPECIAL.never_masked)
-    picked = masker(batch, np.random.default_rng(2))["mlm_weights"] > 0
+    _, picked = masker.mask(batch["input_ids"], batch["word_starts"], np.random.default_rng(2))
     maskable = batch["input_ids"] >= 5
     words = np.cumsum(batch["word_starts"], axis=1)
     word_count = picked_words = 0
@@ -233,6 +238,19 @@ def test_whole_words_are_masked_together():
             word_count += 1
             picked_words += bool(picked[row][members].any())
     assert within(picked_words, word_count, 0.15)
+
+
+def test_a_row_picking_more_than_its_slots_keeps_a_random_subset():
+    assert max_predictions_for(128, 0.15) == 40 and max_predictions_for(16, 0.5) == 16
+    batch = random_batch(32, 64, seed=4)
+    masker = Masker(MaskingConfig(probability=0.9, max_predictions=5), mask_id=4,
+                    vocab_size=50, never_masked=SPECIAL.never_masked)
+    out = masker(batch, np.random.default_rng(0))
+    changed = out["input_ids"] != batch["input_ids"]
+    assert out["mlm_weights"].shape == (32, 5) and (out["mlm_weights"] == 1).all()
+    assert (changed.sum(1) <= 5).all()                   # unkept picks stay unmasked
+    firsts = out["mlm_positions"][:, 0]
+    assert len(set(firsts.tolist())) > 3                 # not always the first picks
 
 
 @pytest.mark.parametrize("probability", [0.0, 1.0, -0.1, 1.5])

@@ -31,8 +31,8 @@ __all__ = ["RESUME_KEYS", "joined_files", "train"]
 RESUME_KEYS = ("dataset", "objective", "pretrained", "init", "model", "model_overrides",
                "precision", "vocab_size", "generator_size", "train_file", "documents",
                "max_length", "cross_documents", "pairs", "mask_probability", "mask_rate",
-               "random_rate", "whole_word_masking", "toy_documents", "batch_size", "accum_steps",
-               "optimizer", "seed")
+               "random_rate", "whole_word_masking", "max_predictions", "toy_documents",
+               "batch_size", "accum_steps", "optimizer", "seed")
 """Settings a resumed run must share with the run it continues."""
 
 

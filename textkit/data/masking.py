@@ -8,6 +8,13 @@ Special tokens (``never_masked``: CLS, SEP, the pad token, ...) are never picked
 and dummy rows never count. The 80 / 10 / 10 choice is made per token, also inside a whole
 word (as BERT's and transformers' whole-word masking do).
 
+The picked positions of each row go into ``max_predictions`` slots (BERT's
+``max_predictions_per_seq``), so that the model predicts at those positions only (a fixed
+shape, ~30 % of a row instead of all of it). By default (``max_predictions_for``) the slots
+hold 1.5 times the expected picks plus 8, rounded up to a multiple of 8 (40 of 128 tokens at
+15 %): more than 4 standard deviations above the mean. A row that picks more keeps a random
+``max_predictions`` of its picks and leaves the others unmasked.
+
 ``MaskedLoader`` masks the batches of a resumable loader as the consumer takes them (the step
 it feeds runs asynchronously on the device meanwhile): batch ``k`` of epoch ``e`` of shard
 ``s`` is masked with ``np.random.default_rng([seed, s, e, k])``, so every epoch gets new
@@ -17,6 +24,7 @@ masks, and a run resumed at (epoch, position) draws exactly the masks the first 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,19 +32,26 @@ import numpy as np
 
 from textkit.errors import ConfigError
 
-__all__ = ["MaskedLoader", "Masker", "MaskingConfig"]
+__all__ = ["MaskedLoader", "Masker", "MaskingConfig", "max_predictions_for"]
+
+
+def max_predictions_for(width: int, probability: float) -> int:
+    """The default prediction slots of a row of ``width`` tokens (module docstring)."""
+    return min(width, -(-(math.ceil(1.5 * probability * width) + 8) // 8) * 8)
 
 
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
     """How tokens are masked: ``probability`` of picking a token (or word), and of the picked
     ones the share replaced by the mask token (``mask_rate``) and by a random token
-    (``random_rate``); the rest are kept."""
+    (``random_rate``); the rest are kept. ``max_predictions``: the prediction slots of a row
+    (None: ``max_predictions_for`` its width)."""
 
     probability: float = 0.15
     mask_rate: float = 0.8
     random_rate: float = 0.1
     whole_word: bool = False
+    max_predictions: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.probability < 1.0:
@@ -45,6 +60,8 @@ class MaskingConfig:
         if self.mask_rate < 0 or self.random_rate < 0 or self.mask_rate + self.random_rate > 1:
             raise ConfigError(f"--mask-rate {self.mask_rate} and --random-rate "
                               f"{self.random_rate}: expected rates >= 0 that sum to at most 1")
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise ConfigError(f"--max-predictions {self.max_predictions}: expected >= 1")
 
 
 class Masker:
@@ -65,11 +82,17 @@ class Masker:
         if not len(self._replacements):
             raise ConfigError("every id of the vocabulary is a special token: nothing to mask")
 
+    def slots(self, width: int) -> int:
+        """Prediction slots of a row of ``width`` tokens."""
+        c = self.config
+        return min(width, c.max_predictions or max_predictions_for(width, c.probability))
+
     def mask(self, input_ids: np.ndarray, word_starts: np.ndarray | None,
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``(masked_ids int32[B, T], picked bool[B, T])`` of ``input_ids`` int[B, T];
-        ``word_starts`` bool[B, T] marks the first token of every word (whole-word masking
-        picks words by the draw at their first token; None: every token is a word)."""
+        """``(masked_ids int32[B, T], picked bool[B, T])`` of ``input_ids`` int[B, T], at
+        most ``slots(T)`` picks a row; ``word_starts`` bool[B, T] marks the first token of
+        every word (whole-word masking picks words by the draw at their first token; None:
+        every token is a word)."""
         c = self.config
         rows, width = input_ids.shape
         draw = rng.random((rows, width))
@@ -77,6 +100,10 @@ class Masker:
             first = np.maximum.accumulate(np.where(word_starts, np.arange(width), 0), axis=1)
             draw = np.take_along_axis(draw, first, axis=1)     # a word shares its first draw
         picked = (draw < c.probability) & ~self._never[input_ids]
+        limit = self.slots(width)
+        for row in np.flatnonzero(picked.sum(1) > limit):      # rare: keep a random subset
+            extra = np.flatnonzero(picked[row])
+            picked[row, rng.choice(extra, len(extra) - limit, replace=False)] = False
         action = rng.random((rows, width))
         random_ids = self._replacements[rng.integers(len(self._replacements),
                                                      size=(rows, width))]
@@ -87,12 +114,17 @@ class Masker:
 
     def __call__(self, batch: Mapping[str, np.ndarray],
                  rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """The batch with ``input_ids`` masked, ``targets`` int32[B, T] (the original ids) and
-        ``mlm_weights`` float32[B, T] (1 at the picked tokens); ``word_starts`` is dropped."""
+        """The batch with ``input_ids`` masked, ``targets`` int32[B, T] (the original ids),
+        ``mlm_positions`` int32[B, P] (the picked positions in order, then 0) and
+        ``mlm_weights`` float32[B, P] (1 at the slots in use), P = ``slots(T)``;
+        ``word_starts`` is dropped."""
         out = {k: v for k, v in batch.items() if k != "word_starts"}
         masked, picked = self.mask(batch["input_ids"], batch.get("word_starts"), rng)
+        order = np.argsort(~picked, axis=1, kind="stable")[:, :self.slots(picked.shape[1])]
+        used = np.take_along_axis(picked, order, axis=1)
         out.update(input_ids=masked, targets=np.asarray(batch["input_ids"], np.int32),
-                   mlm_weights=picked.astype(np.float32))
+                   mlm_positions=np.where(used, order, 0).astype(np.int32),
+                   mlm_weights=used.astype(np.float32))
         return out
 
 

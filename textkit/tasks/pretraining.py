@@ -8,7 +8,8 @@ into ``--max-length`` sequences within documents (``--cross-documents`` lets the
 under ``<run>/pretraining/`` (``textkit.data.pretraining_corpus``). Batches are masked on the
 host as the step takes them (``textkit.data.masking``: a new mask every epoch, 15 % with
 80 / 10 / 10 by default, ELECTRA's 85 / 0 / 15, optional whole-word masking; keyed by (seed,
-process, epoch, step), so a resumed run masks as the first one did). ``--batch-size`` rows of
+process, epoch, step), so a resumed run masks as the first one did; the model predicts at
+``--max-predictions`` slots per sequence). ``--batch-size`` rows of
 ``--max-length`` tokens per micro-batch, all processes together; an update takes
 ``--accum-steps`` micro-batches.
 
@@ -53,6 +54,7 @@ from textkit.data.masking import MaskedLoader, Masker, MaskingConfig
 from textkit.data.pretraining_corpus import (
     LAYOUTS,
     PAIRS,
+    STATS,
     PackedCorpus,
     PackingConfig,
     PretrainingBatchify,
@@ -131,6 +133,9 @@ class PretrainingConfig(TaskConfig):
                                      "token (default: 0.1; ELECTRA 0)", group="data")
     whole_word_masking: bool = flag(False, "pick whole words (the tokenizer's word ids)",
                                     group="data")
+    max_predictions: int | None = flag(None, "prediction slots per sequence (BERT's "
+                                       "max_predictions_per_seq; default: 1.5 x the expected "
+                                       "picks + 8, a multiple of 8)", group="data")
     toy_documents: int = flag(2000, "documents of the generated toy corpus's train split",
                               group="data")
     batch_size: int = flag(32, "sequences per micro-batch, all processes together",
@@ -186,7 +191,7 @@ class PretrainingConfig(TaskConfig):
             self.mask_probability,
             self.mask_rate if self.mask_rate is not None else (0.85 if electra else 0.8),
             self.random_rate if self.random_rate is not None else (0.0 if electra else 0.1),
-            self.whole_word_masking)
+            self.whole_word_masking, self.max_predictions)
 
     @property
     def packing(self) -> PackingConfig:
@@ -421,7 +426,7 @@ class PretrainingTask(Task):
             return corpus
 
         corpus = _main_first(build)
-        counts = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in corpus.stats.items())
+        counts = ", ".join(f"{corpus.stats[k]:,} {k.replace('_', ' ')}" for k in STATS)
         self.log(f"{data.name} ({', '.join(data.paths)}): {counts}")
         if not len(corpus) or (data.name == "train" and not corpus.stats["full_sequences"]):
             raise ConfigError(f"{', '.join(data.paths)} yields no full sequence of --max-length "

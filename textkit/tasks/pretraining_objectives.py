@@ -2,8 +2,12 @@
 
 * **Masked LM** (BERT, RoBERTa): the encoder with its family's ``masked_lm`` head (the decoder
   tied to the word embeddings, exported as ``BertForMaskedLM``, ``RobertaForMaskedLM``, ...)
-  predicts the original ids of the masked tokens (``mlm_weights``); the loss is the mean
-  negative log-likelihood over them.
+  predicts the original ids of the masked tokens; the loss is the mean negative
+  log-likelihood over them. The head runs at the batch's prediction slots only
+  (``mlm_positions``, ``mlm_weights``: ``textkit.data.masking``), the last hidden states
+  gathered there, so the vocabulary projection and its softmax cost ~30 % of what every
+  position would (the full ``logits`` the encoder's forward pass also builds are left unused
+  and compiled away).
 * **Sentence pairs** (optional, with masked LM): BERT's next-sentence head (``PairHead``: the
   pooler, dense + tanh on the first token, then 2 logits; for NSP and for ALBERT's sentence
   order, SOP), its mean cross-entropy over the pairs added to the MLM loss. The head serves
@@ -13,7 +17,7 @@
   ``generator_size``; ELECTRA-small's is 1/4) shares the discriminator's embeddings (word,
   position, token type and their norm: its params hold only the rest, the shared ones are
   read from the discriminator at every step) and is trained as a masked LM; its samples
-  (``jax.random.categorical`` at the masked positions, no gradient) replace the masked
+  (``jax.random.categorical`` at the prediction slots, no gradient) replace the masked
   tokens, and the discriminator (head ``pretraining``) tells for every real token whether it
   differs from the original (sigmoid cross-entropy). Both train jointly: loss =
   generator MLM mean + ``discriminator_weight`` (50) x discriminator mean.
@@ -41,7 +45,7 @@ from textkit.models.layers import Dense, log_softmax
 from textkit.precision import Policy
 
 __all__ = ["SHARED_EMBEDDINGS", "PairHead", "PretrainingModel", "generator_config",
-           "generator_params", "pretraining_loss"]
+           "generator_params", "predict_at", "pretraining_loss", "replaced_tokens"]
 
 SHARED_EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings",
                      "embeddings_norm")
@@ -111,6 +115,14 @@ def generator_params(params: Params) -> Params:
     return {**params["generator"], **shared}
 
 
+def predict_at(network: Encoder, params: Params, hidden: jax.Array,
+               positions: jax.Array) -> jax.Array:
+    """The masked-LM head of ``network`` at ``positions`` int[B, P] of its last hidden states
+    float[B, T, D]: logits float32 [B, P, V]."""
+    gathered = jnp.take_along_axis(hidden, positions[..., None], axis=1)        # [B, P, D]
+    return network.apply({"params": params}, gathered, method="_masked_lm")
+
+
 def _mlm(logits: jax.Array, targets: jax.Array,
          weights: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(summed NLL, correct predictions) at the weighted positions of logits [B, T, V]."""
@@ -119,12 +131,27 @@ def _mlm(logits: jax.Array, targets: jax.Array,
     return (nll * weights).sum(), (correct * weights).sum()
 
 
+def replaced_tokens(logits: jax.Array, targets: jax.Array, positions: jax.Array,
+                    weights: jax.Array, real: jax.Array,
+                    key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """ELECTRA's discriminator input and labels: at the slots in use (``positions`` int[B, P]
+    where ``weights`` float[B, P] > 0) a sample of the generator's ``logits`` float32
+    [B, P, V] (no gradient), elsewhere the original ``targets`` int[B, T]; the label
+    float32[B, T] is 1 where the input differs from the original (a sample equal to it counts
+    as original), at real tokens (``real``) only."""
+    sampled = jax.random.categorical(key, jax.lax.stop_gradient(logits))        # [B, P]
+    rows = jnp.arange(targets.shape[0])[:, None]
+    slots = jnp.where(weights > 0, positions, targets.shape[1])   # unused: out of range
+    fake = targets.at[rows, slots].set(sampled.astype(targets.dtype), mode="drop")
+    return fake.astype(jnp.int32), (fake != targets).astype(jnp.float32) * real
+
+
 def pretraining_loss(model: PretrainingModel, *, discriminator_weight: float = 50.0):
     """``loss_fn(params, batch, rng) -> (loss_sum, (masked, metrics))`` of ``model``'s
     objective (module docstring). ``batch``: ``input_ids`` (masked), ``targets``,
-    ``mlm_weights``, ``attention_mask`` (and ``token_type_ids``, ``pair_labels``,
-    ``pair_weights``); ``rng`` None evaluates deterministically (ELECTRA then samples with a
-    fixed key)."""
+    ``mlm_positions``, ``mlm_weights``, ``attention_mask`` (and ``token_type_ids``,
+    ``pair_labels``, ``pair_weights``); ``rng`` None evaluates deterministically (ELECTRA
+    then samples with a fixed key)."""
 
     def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
         deterministic = rng is None
@@ -142,24 +169,25 @@ def pretraining_loss(model: PretrainingModel, *, discriminator_weight: float = 5
 
         lm = model.encoder if model.generator is None else model.generator
         lm_params = params["encoder"] if model.generator is None else generator_params(params)
-        out = run(lm, lm_params, batch["input_ids"], keys[0],
-                  output_hidden_states=model.pair_head is not None)
-        nll, correct = _mlm(out["logits"], batch["targets"], weights)
+        out = run(lm, lm_params, batch["input_ids"], keys[0], output_hidden_states=True)
+        positions = batch["mlm_positions"]
+        logits = predict_at(lm, lm_params, out["hidden_states"][-1], positions)  # [B, P, V]
+        nll, correct = _mlm(logits, jnp.take_along_axis(batch["targets"], positions, 1),
+                            weights)
         metrics = {"mlm_nll": nll, "mlm_correct": correct, "masked": masked,
                    "input_tokens": real.sum()}
         loss = nll
         if model.pair_head is not None:
-            logits = model.pair_head.apply({"params": params["pair_head"]},
-                                           out["hidden_states"][-1][:, 0])        # [B, 2]
-            pair_nll, pair_correct = _mlm(logits[:, None], batch["pair_labels"][:, None],
+            pair_logits = model.pair_head.apply({"params": params["pair_head"]},
+                                                out["hidden_states"][-1][:, 0])   # [B, 2]
+            pair_nll, pair_correct = _mlm(pair_logits[:, None], batch["pair_labels"][:, None],
                                           batch["pair_weights"][:, None])
             pairs = batch["pair_weights"].sum()
             loss = loss + pair_nll * masked / jnp.maximum(pairs, 1.0)
             metrics.update(pair_nll=pair_nll, pair_correct=pair_correct, pairs=pairs)
         if model.generator is not None:
-            sampled = jax.random.categorical(keys[1], jax.lax.stop_gradient(out["logits"]))
-            fake = jnp.where(weights > 0, sampled, batch["targets"]).astype(jnp.int32)
-            replaced = (fake != batch["targets"]).astype(jnp.float32) * real
+            fake, replaced = replaced_tokens(logits, batch["targets"], positions, weights,
+                                             real, keys[1])
             scores = run(model.encoder, params["encoder"], fake, keys[2])["logits"]   # [B, T]
             bce = (optax.sigmoid_binary_cross_entropy(scores, replaced) * real).sum()
             right = ((scores > 0).astype(jnp.float32) == replaced).astype(jnp.float32) * real
