@@ -5,7 +5,7 @@ process they would compete). One JSON object per line over stdin / stdout:
     -> {"checkpoint": DIR, "input_ids": [[ids]] (masked), "labels": [[ids or -100]],
         "modes": ["float32", "bfloat16"], "lr": x}
     <- {"ready": true, "torch": "...", "transformers": "...", "threads": n,
-        "loss": first float32 loss}  or  {"error": "..."}
+        "eval_loss": the float32 loss without dropout, before any step}  or  {"error": "..."}
     -> {"mode": "float32" | "bfloat16"}
     <- {"mode": ..., "step_s": seconds of one step}
     -> {"quit": true}
@@ -55,15 +55,15 @@ def main() -> None:
         optimizer.step()
         return float(loss.item())
 
+    with torch.no_grad():
+        eval_loss = float(model.eval()(**inputs).loss)
+    model.train()
     calls = {"float32": lambda: step(False), "bfloat16": lambda: step(True)}
-    first = None
     for mode in spec["modes"]:     # warm-up: torch's first steps allocate and pick kernels
-        loss = calls[mode]()
-        first = loss if first is None else first
-        for _ in range(WARM_UP - 1):
+        for _ in range(WARM_UP):
             calls[mode]()
     reply({"ready": True, "torch": torch.__version__, "transformers": transformers.__version__,
-           "threads": torch.get_num_threads(), "loss": first})
+           "threads": torch.get_num_threads(), "eval_loss": eval_loss})
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):

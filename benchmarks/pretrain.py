@@ -5,21 +5,24 @@ One random ``BertForMaskedLM`` of BERT-base's shape (12 layers x 768, 12 heads, 
 vocabulary 30,522) is written by textkit's ``save_pretrained``; both sides read it. The batch is
 32 rows x 128 random ids ([CLS] first, [SEP] last, no padding) masked once by textkit's
 ``Masker`` (15 %, 80 / 10 / 10); transformers gets the same masked ids with ``labels`` -100 at
-the unpicked positions. A step is the forward pass (dropout on), the loss over logits at every
-position (the mean NLL of the picked tokens), the backward pass and AdamW (lr 1e-4, weight
-decay 0.01, eps 1e-8, as torch's defaults):
+the unpicked positions. A step is the forward pass (dropout on), the loss (the mean NLL of the
+picked tokens), the backward pass and AdamW (lr 1e-4, weight decay 0.01, eps 1e-8, as torch's
+defaults):
 
-- textkit: the pretraining task's loss (``tasks.pretraining_objectives.pretraining_loss``)
-  through ``training.make_train_step`` with ``optax.adamw`` (one compiled program, the state
-  donated);
-- transformers: zero_grad / forward with labels / backward / ``AdamW.step`` in its own process
-  (``hf_pretrain.py``, ``--peer-python``), alternating with textkit round by round.
+- textkit: the pretraining task's loss (``tasks.pretraining_objectives.pretraining_loss``: the
+  masked-LM head at the batch's 40 prediction slots per row) through
+  ``training.make_train_step`` with ``optax.adamw`` (one compiled program, the state donated);
+- transformers: zero_grad / forward with labels (the head at every position, the picked ones
+  in the loss) / backward / ``AdamW.step`` in its own process (``hf_pretrain.py``,
+  ``--peer-python``), alternating with textkit round by round.
+
+Both compute the same loss: ``eval_loss`` and ``hf_eval_loss`` are the float32 loss without
+dropout before any step (equal to about 1e-5).
 
 Modes: ``float32``; ``bfloat16``: textkit's ``mixed_bfloat16`` policy (float32 weights,
 bfloat16 compute) against torch's CPU autocast to bfloat16. Keys per mode: ``step_s_<mode>``,
 ``hf_step_s_<mode>`` and ``step_ratio_<mode>`` (transformers' median step time / textkit's:
-above 1 is textkit faster), ``loss_<mode>`` / ``hf_loss_<mode>`` (the first step's, a check
-that both compute a masked-LM loss of random weights, about ln(30,522) = 10.3).
+above 1 is textkit faster), ``loss_<mode>`` (textkit's first step's).
 
 Masking pipeline: a generated corpus packed into a ``TokenStore`` of 128-token sequences, read
 back, batched (``PretrainingBatchify``) and masked (``Masker``, whole words) by
@@ -112,7 +115,7 @@ def masked_batch(quick: bool, vocab_size: int) -> dict[str, np.ndarray]:
 def textkit_steps(checkpoint: Path, batch: dict[str, np.ndarray],
                   modes: list[str]) -> tuple[dict[str, Callable[[], float]], dict[str, float]]:
     """One compiled training step per mode (each run once, compile time printed) and the
-    first step's loss per mode."""
+    first step's loss per mode, with ``eval_loss``: the float32 loss without dropout."""
     device_batch = {k: jnp.asarray(v) for k, v in batch.items()}
     calls, losses = {}, {}
     for mode in modes:
@@ -121,6 +124,9 @@ def textkit_steps(checkpoint: Path, batch: dict[str, np.ndarray],
         tx = optax.adamw(LEARNING_RATE, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01)
         step = make_train_step(pretraining_loss(model), tx)
         params = {"encoder": jax.device_put(pretrained.params)}
+        if mode == "float32":
+            total, (count, _) = jax.jit(pretraining_loss(model))(params, device_batch, None)
+            losses["eval_loss"] = float(total / count)
         holder = {"state": create_train_state(params, tx, jax.random.key(1))}
 
         def call(step=step, holder=holder) -> float:
@@ -176,7 +182,7 @@ class Peer:
             return str(ready["error"])
         print(f"peer: torch {ready['torch']}, transformers {ready['transformers']}, "
               f"{ready['threads']} threads", flush=True)
-        peer.loss = ready["loss"]
+        peer.eval_loss = ready["eval_loss"]
         return peer
 
     def ask(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +245,9 @@ def main() -> None:
         checkpoint = write_checkpoint(Path(tmp), args.quick)
         batch = masked_batch(args.quick, shape["vocab_size"])
         calls, losses = textkit_steps(checkpoint, batch, modes)
-        labels = np.where(batch["mlm_weights"] > 0, batch["targets"], -100)
+        picked = np.zeros(batch["targets"].shape, bool)
+        np.put_along_axis(picked, batch["mlm_positions"], batch["mlm_weights"] > 0, axis=1)
+        labels = np.where(picked, batch["targets"], -100)
         started = Peer.start(python, {
             "checkpoint": str(checkpoint), "input_ids": batch["input_ids"].tolist(),
             "labels": labels.tolist(), "modes": modes, "lr": LEARNING_RATE,
@@ -248,9 +256,11 @@ def main() -> None:
         times = run_rounds(calls, peer, args.rounds)
         if peer:
             peer.close()
-            summary[f"hf_loss_{modes[0]}"] = peer.loss
+            summary["hf_eval_loss"] = peer.eval_loss
         else:
             summary["peer_skipped"] = started
+    if "eval_loss" in losses:
+        summary["eval_loss"] = losses["eval_loss"]
     for mode in modes:
         summary[f"loss_{mode}"] = round(losses[mode], 4)
         summary[f"step_s_{mode}"] = round(statistics.median(times[f"step_s_{mode}"]), 4)

@@ -280,4 +280,4 @@ def test_benchmark_quick_without_a_peer(tmp_path):
     assert result["peer_skipped"] == "--no-peer" and result["quick"] is True
     assert result["masking_headroom"] == pytest.approx(
         result["masking_seq_s"] / result["step_seq_s"], rel=0.01)
-    assert math.isfinite(result["loss_float32"]) and math.isfinite(result["loss_bfloat16"])
+    assert all(math.isfinite(result[k]) for k in ("eval_loss", "loss_float32", "loss_bfloat16"))
