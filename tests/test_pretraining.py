@@ -166,6 +166,19 @@ def test_electra_export_reloads_discriminator_and_generator(tmp_path):
     assert architectures == ["ElectraForPreTraining", "ElectraForMaskedLM"]
 
 
+def test_continuing_from_an_export_starts_from_its_weights(tmp_path):
+    export, _ = electra_export(tmp_path / "first")
+    task, _, model = prepared(tmp_path / "again", objective="electra", pretrained=str(export),
+                              model="electra_small_discriminator", model_overrides="")
+    params = task.init_params(model, jax.random.key(9))
+    for directory, own in ((export, params["encoder"]),
+                           (export / "generator", generator_params(params))):
+        saved = load_pretrained(directory).params
+        assert jax.tree.structure(saved) == jax.tree.structure(own)
+        assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(saved),
+                                                        jax.tree.leaves(own)))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HF_PYTHON.is_file(), reason="transformers' environment /tmp/hfenv")
 def test_transformers_loads_the_exports_with_equal_logits(tmp_path):

@@ -361,7 +361,8 @@ class PretrainingTask(Task):
             if c.objective == "electra" and (generator / "config.json").is_file():
                 own = load_pretrained(generator, policy=policy, **c.overrides).params
             self._check_electra(loaded.model.config.architecture)
-            return _Source(loaded.model, loaded.tokenizer, loaded.params, own, c.pretrained)
+            return _Source(loaded.model, loaded.tokenizer, loaded.params, own, c.pretrained + (
+                " and its generator" if own is not None else ""))
         if c.pretrained and (Path(c.pretrained) / "config.json").is_file():
             hf = read_config(Path(c.pretrained))
             self._check_electra(hf["model_type"])
