@@ -49,6 +49,7 @@ import numpy as np
 import optax
 
 from textkit import parallel
+from textkit._io import write_text_atomic
 from textkit.data import DataLoader, FixedBucketSampler, file_digest, toy_lm_corpus
 from textkit.data.masking import MaskedLoader, Masker, MaskingConfig
 from textkit.data.pretraining_corpus import (
@@ -314,9 +315,6 @@ class PretrainingTask(Task):
                 if not Path(path).is_file():
                     raise ConfigError(f"--{split}-file {path}: no such file")
             return TextFiles(split, tuple(str(p) for p in paths), c.documents)
-        if c.dataset != "toy":
-            raise ConfigError(f"--dataset {c.dataset}: give the text with --train-file and "
-                              f"--valid-file")
         path = self.run.root / "toy" / f"{split}.txt"
         if not path.is_file() and self.run.main_process:
             size = c.toy_documents if split == "train" else max(c.toy_documents // 10, 8)
@@ -324,7 +322,7 @@ class PretrainingTask(Task):
             documents = ["\n".join(next(sentences) for _ in range(1 + i % 6))
                          for i in range(size)]
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+            write_text_atomic(path, "\n\n".join(documents) + "\n")
         return TextFiles(split, (str(path),), "paragraphs")
 
     def prepare(self, data: Mapping[str, TextFiles]) -> None:
