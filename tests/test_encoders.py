@@ -471,3 +471,17 @@ def test_a_missing_config_key_is_named(name, tmp_path):
     (target / "config.json").write_text(json.dumps(config))
     with pytest.raises(PretrainedError, match=f"config.json: missing the key '{key}'"):
         load_pretrained(target)
+
+
+def test_electra_embeddings_as_wide_as_the_hidden_size_have_no_projection():
+    """transformers' ELECTRA projects its embeddings only when embedding_size differs from
+    hidden_size (electra-base and -large do not): textkit reads such a config.json without a
+    projection, and refuses to build the ambiguous config."""
+    from textkit.models import EncoderConfig
+    from textkit.pretrained.encoders import encoder_config
+
+    hf = json.loads((FIXTURES / "electra_model" / "config.json").read_text())
+    hf["embedding_size"] = hf["hidden_size"]
+    assert encoder_config(hf).embedding_size is None
+    with pytest.raises(ValueError, match="leave it None"):
+        EncoderConfig(architecture="electra", hidden_size=64, embedding_size=64, num_heads=2)

@@ -183,6 +183,9 @@ class EncoderConfig(ModelConfig):
         if self.embedding_size is not None and self.architecture != "electra":
             raise ValueError(f"{name}.embedding_size is ELECTRA's (got "
                              f"architecture={self.architecture!r})")
+        if self.embedding_size == self.hidden_size:
+            raise ValueError(f"{name}.embedding_size={self.embedding_size} equals hidden_size: "
+                             f"leave it None (no projection, as transformers has none then)")
         if not self.absolute_positions and self.architecture not in ("deberta-v2", "modernbert"):
             raise ValueError(f"{name}.absolute_positions=False is DeBERTa's or ModernBERT's "
                              f"(got architecture={self.architecture!r})")
@@ -511,7 +514,7 @@ register_preset("electra_small_discriminator", "encoder", Encoder, EncoderConfig
                 architecture="electra", head="pretraining", embedding_size=128, hidden_size=256,
                 num_heads=4, intermediate_size=1024, pad_id=0)
 register_preset("electra_base_discriminator", "encoder", Encoder, EncoderConfig,
-                architecture="electra", head="pretraining", embedding_size=768, pad_id=0)
+                architecture="electra", head="pretraining", pad_id=0)   # 768 wide: no projection
 register_preset("distilbert_base_uncased", "encoder", Encoder, EncoderConfig,
                 architecture="distilbert", num_layers=6, type_vocab_size=0, pad_id=0)
 _DEBERTA_V3 = dict(architecture="deberta-v2", vocab_size=128100, type_vocab_size=0,

@@ -153,8 +153,8 @@ def _encoder_config(hf: Mapping[str, Any], root: Path,
                        dropout=float(get("hidden_dropout_prob", 0.1)),
                        attention_dropout=float(get("attention_probs_dropout_prob", 0.1)),
                        classifier_dropout=get("classifier_dropout"))
-        if model_type == "electra" and get("embedding_size") is not None:
-            options["embedding_size"] = int(hf["embedding_size"])
+        if model_type == "electra" and get("embedding_size") not in (None, hf["hidden_size"]):
+            options["embedding_size"] = int(hf["embedding_size"])   # else no projection
     if options["hidden_size"] % options["num_heads"]:
         raise unsupported(root, "num_attention_heads", options["num_heads"],
                           f"hidden size {options['hidden_size']} is not divisible by it")

@@ -226,14 +226,22 @@ class CausalLMTask(Task):
     def make_loader(self, data: Sequence[str], *, train: bool) -> DataLoader:
         rows, weights = self.rows(data)
         c = self.config
-        sampler = FixedBucketSampler(np.full(len(rows), c.max_length + 1), c.batch_size,
-                                     num_buckets=1, shuffle=train, seed=c.seed, round_to=None,
-                                     last_batch="pad")
+        # each process feeds its share of every global batch (batch_size rows in all)
+        processes = jax.process_count() if train else 1
+        if c.batch_size % processes:
+            raise ConfigError(f"--batch-size {c.batch_size} is not a multiple of the "
+                              f"{processes} processes")
+        sampler = FixedBucketSampler(np.full(len(rows), c.max_length + 1),
+                                     c.batch_size // processes, num_buckets=1, shuffle=train,
+                                     seed=c.seed, round_to=None, last_batch="pad",
+                                     num_shards=processes,
+                                     shard_id=jax.process_index() if train else 0)
+        rows_per_batch = c.batch_size // processes
 
         def batchify(indices: Sequence[int], shape: Any = None) -> dict[str, np.ndarray]:
             real = list(indices)
-            block = np.full((c.batch_size, c.max_length + 1), self.pad_id, np.int32)
-            mask = np.zeros((c.batch_size, c.max_length), np.float32)
+            block = np.full((rows_per_batch, c.max_length + 1), self.pad_id, np.int32)
+            mask = np.zeros((rows_per_batch, c.max_length), np.float32)
             block[:len(real)], mask[:len(real)] = rows[real], weights[real]
             return {"tokens": block[:, :-1], "targets": block[:, 1:], "weights": mask}
 
