@@ -226,3 +226,17 @@ def test_ema_parameters_follow_the_trained_ones():
     averaged, trained = ema_params_of(result.state)["w"], result.state.params["w"]
     assert not np.allclose(averaged, 0.0) and not np.allclose(averaged, trained)
     np.testing.assert_allclose(averaged, trained, atol=0.5 * float(np.abs(trained).max()))
+
+
+def test_throughput_leaves_out_the_compiling_step():
+    """The end-of-run tokens/s measures training, not the compiler: the first step (timed in
+    ``compile_s``) and its tokens are left out."""
+    from textkit.training.loop import Progress
+
+    state, step = start()
+    progress = fit(state, step, make_loader(), FitConfig(max_steps=6, log_every=3)).progress
+    assert progress.tokens == 6 * 4 and progress.compile_tokens == 4     # 4 rows a step
+    assert 0 < progress.compile_s < progress.train_s
+    assert progress.tokens_per_s == pytest.approx(20 / (progress.train_s - progress.compile_s))
+    only_compiling = Progress(train_s=2.0, compile_s=2.0, tokens=8.0, compile_tokens=8.0)
+    assert only_compiling.tokens_per_s == 4.0          # nothing else ran: the steps it has

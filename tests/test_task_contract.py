@@ -95,3 +95,16 @@ def test_task_runs_fit_and_evaluates(task_name, preset, run_dirs):
     scores = task.evaluate(model, result.state.params, held_out)
     assert task.eval_metric in scores
     assert all(isinstance(v, float | int) and math.isfinite(v) for v in scores.values()), scores
+
+
+@pytest.mark.parametrize("name", list_tasks())
+def test_config_records_data_paths_absolute(name, tmp_path, monkeypatch):
+    """``config.json`` names the data wherever it is read (``--resume`` from elsewhere)."""
+    monkeypatch.chdir(tmp_path)
+    config_cls = get_task(name).config_class
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    given = {"data_dir": "data", **({"train_file": "data/train.txt"}
+                                    if "train_file" in fields else {})}
+    record = config_cls(**given).record()
+    assert {k: record[k] for k in given} == {k: str(tmp_path / v) for k, v in given.items()}
+    assert record["save_dir"] is None and config_cls(**given).data_dir == "data"

@@ -59,7 +59,8 @@ def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
             f"decode shapes\ntest BLEU {test['bleu']:.2f}  {test['signature']}\n"
             f"test BLEU {test['bleu_lowercase']:.2f}  {test['signature_lowercase']}\n"
             f"{config['model']} on {config['dataset']}: {summary['steps']} steps, "
-            f"{summary['num_params']:,} params, {summary['tokens_per_s']:.0f} train tokens/s, "
+            f"{summary['num_params']:,} params, {summary['tokens_per_s']:.0f} train tokens/s "
+            f"(compiling {summary['compile_s']:.0f}s apart), "
             f"test BLEU {test['bleu']:.2f} (lowercase {test['bleu_lowercase']:.2f}), "
             f"{summary['wall_s']:.0f}s -> {run.root}")
 

@@ -130,7 +130,8 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
     shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if not k.endswith("count"))
     run.log(f"{task.name} on {task.data_name}: {summary['steps']} steps, {num_params:,} "
             f"params, best step {best_step}: {shown}; {summary['tokens_per_s']:.0f} train "
-            f"tokens/s, {summary['wall_s']:.0f}s -> {run.root}")
+            f"tokens/s (compiling {summary['compile_s']:.0f}s apart), {summary['wall_s']:.0f}s "
+            f"-> {run.root}")
     return summary
 
 

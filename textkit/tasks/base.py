@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
@@ -91,6 +92,13 @@ class TaskConfig:
     runs_name: ClassVar[str] = "run"
     """The runs folder is ``runs/<runs_name>_<dataset>``."""
 
+    path_fields: ClassVar[tuple[str, ...]] = (
+        "data_dir", "train_file", "valid_file", "test_file", "predict", "pretrained",
+        "init_from", "embedding_path", "embedding_root")
+    """Fields (of any task's config) naming a file or folder: ``record`` writes them absolute,
+    so a run's ``config.json`` names its data wherever it is read, and ``--resume`` from
+    another working directory compares the same files."""
+
     @property
     def runs_folder(self) -> str:
         """Where runs without ``--save-dir`` go: ``runs/<runs_name>_<dataset>``."""
@@ -103,10 +111,13 @@ class TaskConfig:
 
     def record(self) -> dict[str, Any]:
         """The settings a run directory records (``config.json``): every field but the launch
-        settings and ``fit.resume``."""
+        settings and ``fit.resume``, the paths of ``path_fields`` made absolute."""
         record = dataclasses.asdict(self)
         record.pop("launch")
         record["fit"].pop("resume")
+        for name in self.path_fields:
+            if record.get(name):
+                record[name] = os.path.abspath(record[name])
         return record
 
 

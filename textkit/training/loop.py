@@ -88,6 +88,7 @@ class Progress:
     train_s: float = 0.0       # training time, evaluation excluded
     compile_s: float = 0.0     # the first step of every segment (trace + compile)
     tokens: float = 0.0        # counted tokens (``count_tokens``) of every step
+    compile_tokens: float = 0.0  # those of the steps timed in compile_s
     data_crc32: int = 0        # running checksum of every batch fed, in order
     last_loss: float | None = None
     skipped_steps: int = 0     # consecutive non-finite (loss-scale skip) steps
@@ -96,7 +97,12 @@ class Progress:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / max(self.train_s, 1e-9)
+        """Counted tokens per second of training, compilation excluded (the steps timed in
+        ``compile_s`` and their tokens left out; a run with no other step counts them)."""
+        steady_s = self.train_s - self.compile_s
+        if steady_s <= 0 or self.tokens <= self.compile_tokens:
+            return self.tokens / max(self.train_s, 1e-9)
+        return (self.tokens - self.compile_tokens) / steady_s
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -353,11 +359,13 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
             state, metrics = loop.train_step(state, loop.to_device(batch))
         progress.step += 1
         progress.position += 1
-        loop.window.append((progress.step, metrics, loop.count_tokens(metrics)))
+        tokens = loop.count_tokens(metrics)
+        loop.window.append((progress.step, metrics, tokens))
         bar.update(1)
         if not loop.compiled:
             jax.block_until_ready(metrics["loss"])
             progress.compile_s += time.perf_counter() - loop.segment_start
+            progress.compile_tokens += float(np.asarray(jax.device_get(tokens)))
             loop.compiled = True
             loop.rate_origin = (progress.step, loop.elapsed())
         if progress.step % loop.config.log_every == 0 or loop.done:

@@ -235,8 +235,9 @@ class RunDir:
 
         Keys: ``task``, ``config``, ``num_params``, ``steps``, ``epochs``, ``train_s``,
         ``compile_s``, ``tokens_per_s`` (counted tokens per second of training, compilation
-        included), ``num_compiles``, ``last_loss``, ``stopped_by``, ``data_crc32`` (checksum
-        of every batch fed, in order), ``history`` (one record per evaluation), ``wall_s``,
+        excluded: ``Progress.tokens_per_s``), ``num_compiles``, ``last_loss``, ``stopped_by``,
+        ``data_crc32`` (checksum of every batch fed, in order), ``history`` (one record per
+        evaluation), ``wall_s``,
         ``device``, ``num_devices``, ``num_processes``, ``jax``,
         then the task's ``results`` (e.g. ``test_bleu``, ``test_ppl``, ``accuracy_mean``).
         ``fit`` is the ``FitResult`` of ``textkit.training.fit`` (or None: no training).
