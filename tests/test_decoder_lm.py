@@ -140,9 +140,16 @@ def test_mixed_precision_keeps_the_float32_argmax():
 
 @pytest.mark.parametrize("name", ["gpt2", "qwen3", "gemma"])
 def test_export_round_trip_is_exact(name, tmp_path):
+    import os
+
     pretrained = loaded(name)
-    save_pretrained(pretrained.model, pretrained.params, pretrained.tokenizer, tmp_path / name,
-                    generation=pretrained.generation)
+    mask = os.umask(0o022)
+    try:
+        save_pretrained(pretrained.model, pretrained.params, pretrained.tokenizer,
+                        tmp_path / name, generation=pretrained.generation)
+    finally:
+        os.umask(mask)
+    assert (tmp_path / name / "model.safetensors").stat().st_mode & 0o777 == 0o644
     again = load_pretrained(tmp_path / name)
     assert again.model.config == pretrained.model.config
     jax.tree_util.tree_map(np.testing.assert_array_equal, again.params, pretrained.params)

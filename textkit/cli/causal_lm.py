@@ -5,7 +5,9 @@ export the result with ``save_pretrained`` to ``<run>/export`` (transformers loa
 
 Checkpoints, ``--resume``, ``--max-steps`` / ``--epochs`` / ``--time-budget-min`` (the warm-up
 and decay fit the budget), ``--precision`` and several devices work as in the other recipes;
-the task is ``textkit.tasks.causal_lm``.
+the task is ``textkit.tasks.causal_lm``. ``python -m textkit.cli.causal_lm --model PRESET
+--train-file FILE ...`` trains a ``causal_lm`` preset from scratch the same way (a byte-level
+BPE of ``--vocab-size`` trained on the data).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import jax
 
 from textkit import parallel
+from textkit.cli import run_main
 from textkit.cli.flags import parse_config
 from textkit.tasks.causal_lm import CausalLMConfig, CausalLMTask
 from textkit.training import create_train_state, fit, launch, run_writers
@@ -76,3 +79,7 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run.log(f"causal_lm on {task.data_name} from {source}: {summary['steps']} steps, {shown}; "
             f"{summary['wall_s']:.0f}s -> {run.root}")
     return summary
+
+
+if __name__ == "__main__":      # python -m textkit.cli.causal_lm: a preset from scratch too
+    run_main(train)

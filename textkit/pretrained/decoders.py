@@ -33,7 +33,7 @@ from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.decoder_lm import ROPE_TYPES, DecoderLM, DecoderLMConfig
 from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
-from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
@@ -342,8 +342,6 @@ def save_pretrained(model: DecoderLM, params: Any, tokenizer: Any, path: str | o
     """Write ``model`` / ``params`` / ``tokenizer`` (an ``LMTokenizer``) as a checkpoint
     directory that transformers' ``AutoModelForCausalLM`` / ``AutoTokenizer`` load (replaced
     atomically); ``generation`` is written as ``generation_config.json`` when given."""
-    from safetensors.numpy import save_file
-
     config = model.config
     if len(tokenizer) > config.vocab_size:
         raise VocabSizeMismatchError(f"the tokenizer has {len(tokenizer)} ids but the model "
@@ -353,8 +351,7 @@ def save_pretrained(model: DecoderLM, params: Any, tokenizer: Any, path: str | o
     hf["eos_token_id"] = list(tokenizer.eos_ids) if len(tokenizer.eos_ids) > 1 else (
         tokenizer.eos_ids[0] if tokenizer.eos_ids else None)
     with atomic_dir(path) as staging:
-        save_file(tensors_from_params(params, config), str(staging / "model.safetensors"),
-                  metadata={"format": "pt"})
+        write_tensors_file(staging / "model.safetensors", tensors_from_params(params, config))
         write_json_atomic(staging / "config.json", hf)
         if generation:
             write_json_atomic(staging / "generation_config.json", dict(generation))

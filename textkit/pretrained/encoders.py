@@ -47,7 +47,7 @@ from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
-from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
@@ -743,16 +743,13 @@ def save_pretrained(model: Encoder, params: Any, tokenizer: EncoderTokenizer,
 def write_checkpoint(directory: Path, config: EncoderConfig, params: Any,
                      tokenizer: EncoderTokenizer) -> None:
     """Write the weights, ``config.json`` and the tokenizer's files into ``directory``."""
-    from safetensors.numpy import save_file
-
     if not isinstance(tokenizer, EncoderTokenizer):
         raise TypeError(f"save_pretrained writes an EncoderTokenizer (from load_pretrained); "
                         f"got {type(tokenizer).__name__}")
     if len(tokenizer) > config.vocab_size:
         raise VocabSizeMismatchError(f"the tokenizer has {len(tokenizer)} ids but the model "
                                      f"{config.vocab_size} embeddings")
-    save_file(tensors_from_params(params, config), str(directory / "model.safetensors"),
-              metadata={"format": "pt"})
+    write_tensors_file(directory / "model.safetensors", tensors_from_params(params, config))
     write_json_atomic(directory / "config.json", {**hf_config(config),
                                                  **_token_ids(config, tokenizer)})
     tokenizer.save(directory, config.architecture)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from textkit._io import write_bytes_atomic
 from textkit.pretrained.errors import (
     MissingFileError,
     NotCheckpointError,
@@ -16,7 +17,7 @@ from textkit.pretrained.errors import (
     UnsupportedArchitectureError,
 )
 
-__all__ = ["read_config", "read_tensors", "unsupported"]
+__all__ = ["read_config", "read_tensors", "unsupported", "write_tensors_file"]
 
 LAYOUT = "config.json, model.safetensors and the tokenizer's files"
 
@@ -116,3 +117,12 @@ def read_tensors(root: Path) -> dict[str, np.ndarray]:
         return {k: v.float().numpy() for k, v in state.items()}
     raise MissingFileError(f"{root} has no model.safetensors (nor pytorch_model.bin): the "
                            f"weights of the checkpoint are missing")
+
+
+def write_tensors_file(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """``tensors`` as a safetensors file (transformers' ``{"format": "pt"}`` metadata), written
+    atomically with the mode the umask gives (safetensors' own ``save_file`` makes it 0600, which
+    a colleague's account cannot read)."""
+    from safetensors.numpy import save
+
+    write_bytes_atomic(path, save(tensors, metadata={"format": "pt"}))

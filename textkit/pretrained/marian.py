@@ -53,7 +53,7 @@ from textkit.pretrained.errors import (
     UnsupportedArchitectureError,
     VocabSizeMismatchError,
 )
-from textkit.pretrained.files import read_tensors, unsupported
+from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
@@ -326,8 +326,6 @@ def save_pretrained(model: Transformer, params: Any,
     directory that transformers' ``MarianMTModel`` / ``MarianTokenizer`` load; the directory
     is replaced atomically. ``generation`` is ``generation_config.json`` (default: Marian's,
     beam 4, pad banned, EOS forced at ``max_length`` = ``max_len``)."""
-    from safetensors.numpy import save_file
-
     config = model.config
     src, tgt = tokenizers
     if not isinstance(src, MarianTokenizer) or not isinstance(tgt, MarianTokenizer):
@@ -351,8 +349,7 @@ def save_pretrained(model: Transformer, params: Any,
         "unk_token": src.unk_piece, "pad_token": src.pad_piece, "separate_vocabs": separate,
         "model_max_length": config.max_len}
     with atomic_dir(path) as staging:
-        save_file(tensors_from_params(params, config), str(staging / "model.safetensors"),
-                  metadata={"format": "pt"})
+        write_tensors_file(staging / "model.safetensors", tensors_from_params(params, config))
         write_json_atomic(staging / "config.json", hf)
         write_json_atomic(staging / "generation_config.json", generation)
         write_json_atomic(staging / "tokenizer_config.json", tokenizer_config)

@@ -40,7 +40,7 @@ from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.encoders import write_checkpoint
 from textkit.pretrained.errors import MissingFileError, NotCheckpointError, PretrainedError
 from textkit.pretrained.errors import UnsupportedArchitectureError as Unsupported
-from textkit.pretrained.files import read_tensors
+from textkit.pretrained.files import read_tensors, write_tensors_file
 from textkit.pretrained.result import Pretrained
 
 __all__ = ["is_sentence_transformers", "load", "save_pretrained", "transformer_path"]
@@ -195,8 +195,6 @@ def save_pretrained(model: SentenceEncoder, params: Any, tokenizer: EncoderToken
                     path: str | os.PathLike) -> Path:
     """Write ``model`` as a sentence-transformers directory (replaced atomically): the
     encoder checkpoint at the root, ``1_Pooling``, ``2_Dense``... and ``N_Normalize``."""
-    from safetensors.numpy import save_file
-
     c = model.config
     with atomic_dir(path) as staging:
         write_checkpoint(staging, c.encoder, params["encoder"], tokenizer)
@@ -218,7 +216,7 @@ def save_pretrained(model: SentenceEncoder, params: Any, tokenizer: EncoderToken
                 np.asarray(weights["kernel"], np.float32).T)}
             if layer.bias:
                 tensors["linear.bias"] = np.asarray(weights["bias"], np.float32)
-            save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+            write_tensors_file(folder / "model.safetensors", tensors)
             module = "linear" if layer.activation == "identity" else "activation"
             write_json_atomic(folder / "config.json", {
                 "in_features": width, "out_features": layer.features, "bias": layer.bias,
