@@ -200,11 +200,9 @@ def test_translate_script_pretrained():
 
 @pytest.mark.slow
 def test_fine_tune_from_pretrained(tmp_path):
-    sys.path.insert(0, str(ROOT / "examples" / "nmt"))
-    try:
-        import train
-    finally:
-        sys.path.pop(0)
+    from subprocesses import load_script
+
+    train = load_script(ROOT / "examples" / "nmt" / "train.py", "nmt_train")
     summary = train.main([
         "--init-from", str(FIXTURES / "tiny_marian"), "--max-steps", "4",
         "--toy-sizes", "120,8,8", "--eval-every", "0", "--max-length", "60",

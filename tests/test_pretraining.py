@@ -228,12 +228,9 @@ def test_a_corpus_without_one_full_sequence_is_refused_with_its_counts(tmp_path)
 
 # ------------------------------------------------------------------------------ the recipe
 def recipe(argv: list[str]) -> dict:
-    sys.path.insert(0, str(ROOT / "examples" / "pretrain"))
-    try:
-        import train
-    finally:
-        sys.path.pop(0)
-    return train.main(argv)
+    from subprocesses import load_script
+
+    return load_script(ROOT / "examples" / "pretrain" / "train.py", "pretrain_train").main(argv)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from textkit.pretrained.errors import (
     UnsupportedArchitectureError,
 )
 
-__all__ = ["read_config", "read_tensors", "unsupported", "write_tensors_file"]
+__all__ = ["read_config", "read_json_object", "read_tensors", "unsupported", "write_tensors_file"]
 
 LAYOUT = "config.json, model.safetensors and the tokenizer's files"
 
@@ -33,14 +33,20 @@ def read_config(root: Path) -> dict[str, Any]:
         raise NotCheckpointError(
             f"{root} is not a checkpoint directory: it has no config.json (expected the "
             f"Hugging Face layout: {LAYOUT})")
+    return read_json_object(path)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (``NotCheckpointError`` naming the file when it is not
+    valid JSON or not an object)."""
     try:
-        config = json.loads(path.read_text("utf-8"))
+        value = json.loads(path.read_text("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise NotCheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(config, dict):
+    if not isinstance(value, dict):
         raise NotCheckpointError(f"{path}: expected a JSON object, got "
-                                 f"{type(config).__name__}")
-    return config
+                                 f"{type(value).__name__}")
+    return value
 
 
 def unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchitectureError:

@@ -9,7 +9,6 @@ does, with the options of ``generation_options(dir)``.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Callable
@@ -21,8 +20,8 @@ from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
 from textkit.pretrained import decoders, encoders, marian, sentence
-from textkit.pretrained.errors import NotCheckpointError, UnsupportedArchitectureError
-from textkit.pretrained.files import read_config, unsupported
+from textkit.pretrained.errors import UnsupportedArchitectureError
+from textkit.pretrained.files import read_config, read_json_object, unsupported
 from textkit.pretrained.result import Pretrained
 
 __all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator",
@@ -73,16 +72,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
 def _generation_config(root: Path) -> dict[str, Any]:
     """``generation_config.json`` of ``root`` as a dict ({} when absent)."""
     path = root / "generation_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise NotCheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise NotCheckpointError(f"{path}: expected a JSON object, got "
-                                 f"{type(config).__name__}")
-    return config
+    return read_json_object(path) if path.is_file() else {}
 
 
 def _load_checkpoint(root: Path, **overrides: Any) -> Pretrained:
@@ -158,7 +148,7 @@ def generation_options(path: str | os.PathLike) -> dict[str, Any]:
     """
     root = Path(path)
     gen_path = root / "generation_config.json"
-    gen = json.loads(gen_path.read_text("utf-8")) if gen_path.is_file() else read_config(root)
+    gen = read_json_object(gen_path) if gen_path.is_file() else read_config(root)
     eos = gen.get("eos_token_id", 0)
     eos = eos[0] if isinstance(eos, list) else eos
     banned = [ids[0] for ids in gen.get("bad_words_ids") or [] if len(ids) == 1]
