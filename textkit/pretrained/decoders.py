@@ -290,19 +290,9 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: DecoderLMConf
     def pick(key: str) -> np.ndarray | None:
         return np.asarray(tensors[key]) if key in tensors else None
 
-    def missing(entry: Entry, key: str) -> Exception:
-        return PretrainedError(f"{root}: the weights have no {key} (config.json says "
-                               f"{config.architecture}; a damaged file, or a checkpoint of "
-                               f"another architecture?)")
-
-    def mismatch(entry: Entry, arrays: list, value: np.ndarray, want: Any) -> Exception:
-        kind = VocabSizeMismatchError if entry.path[0] in ("embed", "lm_head") \
-            else PretrainedError
-        return kind(f"{root}: {entry.keys[0]} has shape {arrays[0].shape}, which gives "
-                    f"{value.shape} for {'/'.join(entry.path)}; config.json implies "
-                    f"{tuple(want.shape)}")
-
-    return read_params(weight_map(config), pick, expected, missing=missing, mismatch=mismatch)
+    return read_params(weight_map(config), pick, expected, root=root,
+                       says=f"config.json says {config.architecture}",
+                       vocab_paths=("embed", "lm_head"))
 
 
 def tensors_from_params(params: Any, config: DecoderLMConfig) -> dict[str, np.ndarray]:

@@ -645,25 +645,15 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: EncoderConfig
         return next((np.asarray(tensors[n]) for n in _alternatives(key, config)
                      if n in tensors), None)
 
-    def missing(entry: Entry, key: str) -> Exception:
-        return PretrainedError(f"{root}: the weights have no {key} (config.json says "
-                               f"{config.architecture} with head {config.head}; a damaged "
-                               f"file, or a checkpoint of another architecture?)")
-
-    def mismatch(entry: Entry, arrays: list, value: np.ndarray, want: Any) -> Exception:
-        kind = VocabSizeMismatchError if entry.path[0] in ("word_embeddings", "mlm_bias") \
-            else PretrainedError
-        return kind(f"{root}: {entry.keys[0]} has shape {arrays[0].shape}, which gives "
-                    f"{value.shape} for {'/'.join(entry.path)}; config.json implies "
-                    f"{tuple(want.shape)}")
-
     def fresh_head(entry: Entry, value: np.ndarray | None) -> Any:
         if fallback is None or entry.path[0] not in _HEAD_PARAMS:
             return None
         return np.array(at(fallback, entry.path))
 
-    params = read_params([Entry(*e) for e in weight_map(config)], pick, expected,
-                         missing=missing, mismatch=mismatch, fallback=fresh_head)
+    params = read_params([Entry(*e) for e in weight_map(config)], pick, expected, root=root,
+                         says=f"config.json says {config.architecture} with head "
+                              f"{config.head}",
+                         vocab_paths=("word_embeddings", "mlm_bias"), fallback=fresh_head)
     decoder = _TIED_DECODER[config.architecture][0] if config.head == "masked_lm" else None
     if decoder in tensors and not np.array_equal(tensors[decoder],
                                                  params["word_embeddings"]["embedding"]):

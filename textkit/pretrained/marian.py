@@ -49,7 +49,6 @@ from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.pretrained.errors import (
     MissingFileError,
     NotMarianCheckpointError,
-    PretrainedError,
     UnsupportedArchitectureError,
     VocabSizeMismatchError,
 )
@@ -195,21 +194,9 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], config: TransformerCo
                         expected: Any, root: Path) -> dict[str, Any]:
     """textkit params (float32 numpy) from transformers' tensors, each shape-checked against
     ``expected`` (a ``jax.eval_shape`` of the params), through the shared walker."""
-    def missing(entry: Entry, key: Any) -> Exception:
-        names = [key] if isinstance(key, str) else key
-        return PretrainedError(f"{root}: the weights have no {' or '.join(names)} (a Marian "
-                               f"checkpoint of another architecture, or a damaged file?)")
-
-    def mismatch(entry: Entry, arrays: list, value: np.ndarray, want: Any) -> Exception:
-        path, keys = entry.path, entry.keys
-        kind = VocabSizeMismatchError if "embed" in path[0] or path[0] in (
-            "output", "final_logits_bias") else PretrainedError
-        return kind(f"{root}: {' / '.join(keys[0] if isinstance(keys[0], list) else keys)}"
-                    f" has shape {arrays[0].shape}, which gives {value.shape} for "
-                    f"{'/'.join(path)}; config.json implies {tuple(want.shape)}")
-
     return read_params([Entry(*e) for e in weight_map(config)], _picker(tensors), expected,
-                       missing=missing, mismatch=mismatch)
+                       root=root, says="config.json says Marian",
+                       vocab_paths=("src_embed", "tgt_embed", "output", "final_logits_bias"))
 
 
 def tensors_from_params(params: Any, config: TransformerConfig) -> dict[str, np.ndarray]:

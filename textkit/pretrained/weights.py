@@ -11,10 +11,12 @@ KVH)). ``read_params`` walks the entries one way, ``write_tensors`` the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 
 __all__ = ["SAME", "Entry", "Transform", "at", "heads_bias", "linear", "out_proj", "put",
            "read_params", "stack_axis", "to_textkit", "to_torch", "write_tensors"]
@@ -105,16 +107,17 @@ Pick = Callable[[Any], "np.ndarray | None"]
 """``pick(key)``: the tensor of a key (a name or a list of alternatives); None when absent."""
 
 
-def read_params(entries: list[Entry], pick: Pick, expected: Any, *,
-                missing: Callable[[Entry, Any], Exception],
-                mismatch: Callable[[Entry, list[np.ndarray], np.ndarray, Any], Exception],
+def read_params(entries: list[Entry], pick: Pick, expected: Any, *, root: Any, says: str,
+                vocab_paths: Collection[str] = (),
                 fallback: Callable[[Entry, np.ndarray | None], Any] | None = None
                 ) -> dict[str, Any]:
     """textkit params (numpy in ``expected``'s dtypes; ``expected``: a ``jax.eval_shape`` of
     the params) from transformers' tensors: each entry's tensors picked, converted, joined and
-    shape-checked. ``missing(entry, key)`` / ``mismatch(entry, arrays, value, want)`` make the
-    errors; ``fallback(entry, value or None)`` may supply a leaf instead (a new head's fresh
-    weights) when a tensor is absent or its shape differs: it returns None to refuse."""
+    shape-checked. A missing tensor is a ``PretrainedError`` naming ``root``, the tensor and
+    what config.json ``says``; a shape that does not fit names both shapes (a
+    ``VocabSizeMismatchError`` for the top-level params in ``vocab_paths``).
+    ``fallback(entry, value or None)`` may supply a leaf instead (a new head's fresh weights)
+    when a tensor is absent or its shape differs: it returns None to refuse."""
     params: dict[str, Any] = {}
     for entry in entries:
         want = at(expected, entry.path)
@@ -128,10 +131,18 @@ def read_params(entries: list[Entry], pick: Pick, expected: Any, *,
         replacement = fallback(entry, value) if fallback is not None else None
         if replacement is not None:
             put(params, entry.path, np.asarray(replacement))
-        elif value is None:
-            raise missing(entry, entry.keys[[a is None for a in arrays].index(True)])
-        else:
-            raise mismatch(entry, arrays, value, want)
+            continue
+        names = [k[0] if isinstance(k, list) else k for k in entry.keys]
+        if value is None:
+            key = entry.keys[[a is None for a in arrays].index(True)]
+            raise PretrainedError(f"{root}: the weights have no "
+                                  f"{' or '.join(key) if isinstance(key, list) else key} "
+                                  f"({says}; a damaged file, or a checkpoint of another "
+                                  f"architecture?)")
+        kind = VocabSizeMismatchError if entry.path[0] in vocab_paths else PretrainedError
+        raise kind(f"{root}: {' / '.join(names)} has shape {arrays[0].shape}, which gives "
+                   f"{value.shape} for {'/'.join(entry.path)}; config.json implies "
+                   f"{tuple(want.shape)}")
     return params
 
 
