@@ -207,9 +207,9 @@ class CausalLMTask(Task):
         tok = self.tokenizer
         head = [tok.bos_id] if tok.bos_id is not None else []
         tail = [tok.eos_ids[0]] if tok.eos_ids else []
-        stream = np.fromiter((i for ids in tok.encode_batch(list(documents),
-                                                            add_special_tokens=False)
-                              for i in (*head, *ids, *tail)), np.int32)
+        pieces = [np.asarray([*head, *ids, *tail], np.int32)
+                  for ids in tok.encode_batch(list(documents), add_special_tokens=False)]
+        stream = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
         width = self.config.max_length
         count = max(1, math.ceil((len(stream) - 1) / width))
         padded = np.full(count * width + 1, self.pad_id, np.int32)
