@@ -51,3 +51,8 @@ def test_ci_runs_the_readme_test_command_ruff_and_the_fast_tier():
     assert re.search(r'"ruff==[\d.]+"', pyproject) and '"pytest-cov>=' in pyproject
     development = text[text.index("## Development"):]
     assert "python -m pytest -q -n 2 --dist loadfile -m \"not slow\"" in development
+
+
+def test_readme_stays_short():
+    """The README is the guide's front page; detail belongs in docs/ (12,000 characters at most)."""
+    assert len(README.read_bytes()) <= 12_000

@@ -290,14 +290,16 @@ class FixedBucketSampler(_ResumableSampler):
         the next key's (the larger key is kept).
       ratio: sentence mode only; shorter buckets get up to ``ratio * longest/own`` times more
         rows (GluonNLP's rule), never fewer than ``batch_size``.
-      shuffle, seed: shuffle within buckets and the batch order, from ``(seed, epoch)``.
+      shuffle: shuffle within buckets and the batch order, from ``(seed, epoch)``.
+      seed: the seed of that shuffle.
       bucket_scheme: "constant", "linear" or "exp" bucket widths (GluonNLP's), or
         "least_padding": the keys of ``least_padding_keys`` (per field), those that pad the
         given lengths least.
       round_to: padded lengths (``bucket_shapes``) are the bucket keys rounded up to a multiple
         of this (None or 1: no rounding).
       last_batch: "pad" keeps partial batches with dummy rows; "drop" drops them.
-      num_shards, shard_id: this process's share of every global batch (see module docstring).
+      num_shards: how many processes share every global batch (see module docstring).
+      shard_id: this process's share of it, in ``[0, num_shards)``.
       batch_rows_multiple: round every bucket's (per-shard) rows down to a multiple of this, e.g.
         the number of devices a shard's rows are split over (a bucket left with no rows is an
         error).

@@ -144,11 +144,13 @@ class Translator:
     Args:
       model: a ``Seq2SeqModel`` (Transformer, GNMT); its ``config.pad_id``, if it has one, must
         equal the source tokenizer's ``pad_id``.
-      src_tokenizer / tgt_tokenizer: ``encode(list[str]) -> list[list[int]]`` and
-        ``decode(list[list[int]]) -> list[str]`` (``SentencePieceTokenizer``); the target one
-        provides ``bos_id`` / ``eos_id`` / ``pad_id``, the source one ``pad_id``.
-      beam_size, alpha, length_offset: beam search options (GNMT length penalty
-        ``((length_offset + n) / (length_offset + 1)) ** alpha``).
+      src_tokenizer: ``encode(list[str]) -> list[list[int]]`` (``SentencePieceTokenizer``);
+        provides ``pad_id``.
+      tgt_tokenizer: ``decode(list[list[int]]) -> list[str]``; provides ``bos_id`` /
+        ``eos_id`` / ``pad_id``.
+      beam_size: beams per sentence.
+      alpha: GNMT length penalty ``((length_offset + n) / (length_offset + 1)) ** alpha``.
+      length_offset: the penalty's offset.
       max_length: cap on output tokens (EOS included): an int, or a function of the source
         length; the static output size of a batch is that function of its padded length.
       batch_size: most sentences per batch.

@@ -36,7 +36,9 @@ class MarianTokenizer:
       vocab: piece -> id (``vocab.json``, or ``target_vocab.json`` for a separate target).
       decode_spm_path: the SentencePiece model that joins pieces when decoding (default
         ``spm_path``).
-      eos / unk / pad: the special pieces (must be in ``vocab``).
+      eos: the end-of-sentence piece (must be in ``vocab``, as must ``unk`` and ``pad``).
+      unk: the unknown piece.
+      pad: the padding piece.
       extra_specials: further special pieces (``additional_special_tokens``) in ``vocab``.
       decoder_start_id: ``bos_id`` (the first decoder input; Marian's is the pad id).
       add_eos: append ``eos_id`` to every encoding (False for training targets, to which the

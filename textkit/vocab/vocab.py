@@ -60,7 +60,10 @@ class Vocab:
         tokens, or an iterable of token lists (sentences).
       max_size: keep at most this many counted tokens (specials and reserved not included).
       min_freq: drop counted tokens seen fewer times.
-      unk_token, pad_token, bos_token, eos_token: special tokens; any may be None.
+      unk_token: the unknown token; each special token may be None.
+      pad_token: the padding token.
+      bos_token: the begin-of-sentence token.
+      eos_token: the end-of-sentence token.
       reserved_tokens: extra tokens placed right after the specials.
 
     Unknown tokens map to ``unk_id``; without an unk token they raise ``KeyError``.
