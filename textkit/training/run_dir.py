@@ -8,6 +8,8 @@
     <root>/final/          the parameters that were evaluated on the test set
     <root>/summary.json    one schema for every task (see ``summary``)
 
+A directory belongs to one run at a time: ``start`` takes ``<root>/.lock`` (``run_lock``) before
+any file is read or written, and a second process on it is refused naming the holder's pid.
 A reused directory is refused unless the run resumes, and a resumed run must have the same
 configuration (``config.json``), so a second run never mixes with the first one's checkpoints.
 Only process 0 writes the JSON and log files; checkpoints are saved by every process (Orbax
@@ -31,6 +33,7 @@ from textkit import parallel
 from textkit._io import write_json_atomic, write_text_atomic
 from textkit.errors import RunDirError
 from textkit.training.checkpoint import CheckpointManager
+from textkit.training.run_lock import RunInUseError, RunLock
 
 __all__ = ["LATEST", "RunDir", "find_run", "launch", "run_directory"]
 
@@ -101,6 +104,21 @@ def launch(save_dir: str | Path | None, config: Mapping[str, Any], *, resume: bo
     return run, mesh
 
 
+def _lock(root: Path, main_process: bool) -> RunLock | None:
+    """The run's lock, taken by process 0 for every process; all of them stop when it is
+    held elsewhere (or cannot be taken), so none waits on the others' collectives."""
+    lock, error = None, None
+    if main_process:
+        try:
+            lock = RunLock(root)
+        except RunDirError as err:
+            error = err
+    if parallel.main_process_decides(error is not None):
+        raise error or RunInUseError(f"{root} cannot be locked by process 0 of this run (its "
+                                     "log names the reason): nothing was written")
+    return lock
+
+
 @dataclasses.dataclass
 class RunDir:
     """The files of one run under ``root``; ``main_process`` writes the JSON and log files."""
@@ -108,6 +126,7 @@ class RunDir:
     root: Path
     main_process: bool = True
     started: float = dataclasses.field(default_factory=time.perf_counter)
+    lock: RunLock | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.root = Path(self.root)
@@ -121,7 +140,7 @@ class RunDir:
         (``open``); a new directory under ``runs_folder`` becomes its ``latest``. Logs where
         the run goes."""
         root = run_directory(save_dir, runs_folder, resume=resume)
-        run = cls(root, main_process=main_process)
+        run = cls(root, main_process=main_process, lock=_lock(root, main_process))
         run.open(config, resume=resume, check=check, reuse_flag=reuse_flag, added=added)
         if save_dir is None and main_process and not resume:
             _link_latest(root)
