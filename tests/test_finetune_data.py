@@ -205,7 +205,8 @@ def test_entity_scores_count_exact_spans_and_types():
 
 def test_read_conll_and_its_errors(tmp_path):
     path = tmp_path / "a.conll"
-    path.write_text("-DOCSTART- O\n\nJohn\tB-PER\nlives\tO\n\nin NN O\nRome NNP B-LOC\n\n")
+    path.write_text("-DOCSTART- O\n\nJohn\tNNP\tB-PER\nlives\tVBZ\tO\n\n"
+                    "in NN O\nRome NNP B-LOC\n\n")
     sentences = read_conll(path)
     assert [s.tokens for s in sentences] == [["John", "lives"], ["in", "Rome"]]
     assert sentences[1].tags == ["O", "B-LOC"]

@@ -8,7 +8,7 @@ so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunDirError", "TextkitError"]
+__all__ = ["ConfigError", "DataFileError", "RunDirError", "TextkitError"]
 
 
 class TextkitError(Exception):
@@ -21,3 +21,7 @@ class ConfigError(TextkitError, ValueError):
 
 class RunDirError(TextkitError):
     """A run directory that cannot hold this run (a finished run, different settings)."""
+
+
+class DataFileError(TextkitError, ValueError):
+    """A data file that does not follow its format, named with its line where there is one."""

@@ -5,7 +5,9 @@ Jax-free.
 A CoNLL file has one token per line, its columns separated by whitespace (the token first, the
 tag in ``tag_column``, the last by default), and a blank line between sentences; ``-DOCSTART-``
 lines are skipped. Tags are IOB1, IOB2 (BIO) or IOBES with a type after the first ``-``
-(``B-creative-work`` is type ``creative-work``).
+(``B-creative-work`` is type ``creative-work``). Every token line has the same number of
+columns: a line with more or fewer, a tag outside these schemes (``I-`` without a type, ``X-PER``)
+or bytes that are not UTF-8 are refused naming the file and line.
 
 Entities are read as conlleval reads them: a chunk ends before a ``B`` / ``S`` / ``O``, after an
 ``E`` / ``S``, or where the type changes; an ``I`` after ``O`` or after another type starts a
@@ -20,18 +22,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from textkit.errors import TextkitError
+from textkit.data.datasets import read_text
+from textkit.errors import DataFileError
 
 __all__ = [
     "IGNORE_LABEL", "ConllError", "TaggedSentence", "align_labels", "entities", "entity_scores",
     "read_conll", "word_labels",
 ]
 
+PREFIXES = ("B", "I", "E", "S")
+"""The tag prefixes of IOB1, IOB2 and IOBES; every tag but ``O`` is ``<prefix>-<type>``."""
+
 IGNORE_LABEL = -100
 """The label of sub-words that are not a word's first and of special tokens (no loss)."""
 
 
-class ConllError(TextkitError, ValueError):
+class ConllError(DataFileError):
     """A CoNLL file that does not follow the format (named: file and line)."""
 
 
@@ -42,17 +48,28 @@ class TaggedSentence(NamedTuple):
     tags: list[str]
 
 
+def _check_tag(path: Path, number: int, tag: str) -> None:
+    prefix, dash, kind = tag.partition("-")
+    if tag != "O" and not (prefix in PREFIXES and dash and kind):
+        raise ConllError(f"{path}:{number}: tag {tag!r} is not O or one of "
+                         f"{'/'.join(p + '-' for p in PREFIXES)} followed by an entity type "
+                         "(the IOB1, IOB2 and IOBES schemes)")
+
+
 def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
     """The sentences of a CoNLL file (UTF-8). Raises ``ConllError`` naming the file and line of
-    a line without the tag column, and for a file without sentences."""
+    a line without the tag column, a line whose column count differs from the first token
+    line's, a tag outside the schemes (module docstring) or bytes that are not UTF-8, and for
+    a file without sentences."""
     path = Path(path)
     sentences: list[TaggedSentence] = []
     tokens: list[str] = []
     tags: list[str] = []
+    width: tuple[int, int] | None = None          # (columns, line) of the first token line
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConllError(f"{path}: cannot be read as UTF-8 text ({err})") from err
+        lines = read_text(path, error=ConllError).split("\n")
+    except OSError as err:
+        raise ConllError(f"{path}: cannot be read ({err})") from err
     for number, line in enumerate(lines + [""], start=1):
         columns = line.split()
         if not columns or columns[0] == "-DOCSTART-":
@@ -64,6 +81,12 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
                 tag_column in (0, -len(columns))):
             raise ConllError(f"{path}:{number}: expected a token and a tag (column "
                              f"{tag_column}), got {line!r}")
+        width = width or (len(columns), number)
+        if len(columns) != width[0]:
+            raise ConllError(f"{path}:{number}: {len(columns)} columns, expected {width[0]} "
+                             f"as on line {width[1]} (every token line has the same columns, "
+                             f"whitespace separated), got {line!r}")
+        _check_tag(path, number, columns[tag_column])
         tokens.append(columns[0])
         tags.append(columns[tag_column])
     if not sentences:

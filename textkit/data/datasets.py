@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from textkit.errors import DataFileError
+
 __all__ = [
     "LanguageModelCorpus",
     "ParallelLines",
@@ -25,16 +27,14 @@ __all__ = [
     "TextLineDataset",
     "count_lines",
     "read_lines",
+    "read_text",
 ]
 
 
-def read_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
-    """All lines of a file without their line ends (``\\n`` or ``\\r\\n``).
-
-    Only ``\\n`` separates lines (unlike ``str.splitlines``, which also splits on characters
-    such as U+2028 that occur inside real text). Undecodable bytes raise ``ValueError`` naming
-    the file and line.
-    """
+def read_text(path: str | os.PathLike, encoding: str = "utf-8",
+              error: type[DataFileError] = DataFileError) -> str:
+    """The text of a file, a byte-order mark dropped. Undecodable bytes raise ``error`` naming
+    the file, the line and the byte of the first bad one."""
     path = Path(path)
     data = path.read_bytes()
     try:
@@ -42,10 +42,19 @@ def read_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1)
-        raise ValueError(f"{path}, line {line}: invalid {encoding} ({err.reason} at byte "
-                         f"{column} of the line)") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
+        raise error(f"{path}, line {line}: invalid {encoding} ({err.reason} at byte "
+                    f"{column} of the line)") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
+    """All lines of a file without their line ends (``\\n`` or ``\\r\\n``).
+
+    Only ``\\n`` separates lines (unlike ``str.splitlines``, which also splits on characters
+    such as U+2028 that occur inside real text). Undecodable bytes raise ``DataFileError``
+    naming the file and line.
+    """
+    text = read_text(path, encoding)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -5,6 +5,9 @@ named (or, without a header, numbered) columns. Jax-free.
 labels become ids through ``label_names`` (the label set: an unknown value is an error naming
 the file, line and the set), regression labels are floats. GLUE's TSV files are read without
 quote handling (their texts hold unbalanced ``"``); ``.csv`` files use standard CSV quoting.
+Every TSV/CSV row has the header's number of columns (the first row's without a header), and
+no text is empty: a row that breaks either, or bytes that are not UTF-8, are refused naming
+the file and line.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from textkit.errors import TextkitError
+from textkit.data.datasets import read_text
+from textkit.errors import DataFileError
 
 __all__ = ["TableError", "TextExamples", "label_set", "read_labelled", "read_rows"]
 
 
-class TableError(TextkitError, ValueError):
+class TableError(DataFileError):
     """A table that lacks a column or holds a bad value (named: file, line, column)."""
 
 
@@ -60,12 +64,13 @@ def read_rows(path: str | Path, *, header: bool = True) -> tuple[list[str] | Non
                                                                  list[tuple[int, Any]]]:
     """``(column names or None, [(line number, row)])`` of a ``.tsv`` / ``.txt`` (tab
     separated), ``.csv`` or ``.jsonl`` / ``.json`` (one object per line) file; a TSV/CSV row is a
-    list of strings, a JSON Lines row a dict. A UTF-8 byte-order mark is dropped."""
+    list of strings, a JSON Lines row a dict. A UTF-8 byte-order mark is dropped; a TSV/CSV
+    row with another number of columns than the first is refused."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TableError(f"{path}: cannot be read as UTF-8 text ({err})") from err
+        text = read_text(path, error=TableError)
+    except OSError as err:
+        raise TableError(f"{path}: cannot be read ({err})") from err
     if path.suffix in (".jsonl", ".json"):
         rows = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -82,6 +87,11 @@ def read_rows(path: str | Path, *, header: bool = True) -> tuple[list[str] | Non
     else:
         reader = csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
     rows = [(number, row) for number, row in enumerate(reader, start=1) if row]
+    for number, row in rows[1:]:
+        if len(row) != len(rows[0][1]):
+            raise TableError(f"{path}:{number}: {len(row)} columns, expected "
+                             f"{len(rows[0][1])} as on line {rows[0][0]} (the "
+                             f"{'header' if header else 'first row'})")
     if header and rows:
         return rows[0][1], rows[1:]
     return None, rows
@@ -113,6 +123,12 @@ def _field(path: Path, number: int, row: dict[str, Any], name: str) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _text(path: Path, number: int, column: Column, value: str) -> str:
+    if not value.strip():
+        raise TableError(f"{path}:{number}: the text in column {column!r} is empty")
+    return value
+
+
 def read_labelled(path: str | Path, *, text: Column, pair: Column | None = None,
                   label: Column | None = None, label_names: Sequence[str] | None = None,
                   regression: bool = False, header: bool = True) -> TextExamples:
@@ -133,9 +149,9 @@ def read_labelled(path: str | Path, *, text: Column, pair: Column | None = None,
     ids = {name: i for i, name in enumerate(label_names or [])}
     texts, pairs, labels = [], [], []
     for number, row in rows:
-        texts.append(get_text(number, row))
+        texts.append(_text(path, number, text, get_text(number, row)))
         if get_pair is not None:
-            pairs.append(get_pair(number, row))
+            pairs.append(_text(path, number, pair, get_pair(number, row)))
         if get_label is None:
             continue
         value = get_label(number, row).strip()
