@@ -110,3 +110,17 @@ def test_predict_refuses_a_missing_export_early_and_never_moves_latest(tmp_path,
     assert Path(out["predictions"]).resolve().parent.parent == (
         tmp_path / "runs/classify_toy/predictions").resolve()
     assert os.readlink("runs/classify_toy/latest") == trained.name      # not moved
+
+
+def test_a_training_file_run_is_filed_and_labelled_after_its_file():
+    """A --train-file run goes to runs/<recipe>_<file name>, not runs/<recipe>_toy."""
+    from textkit.cli.flags import parse_config
+    from textkit.tasks import get_task
+
+    config = parse_config(SequenceClassificationTask.config_class, [
+        "--train-file", "data/reviews.csv", "--valid-file", "data/dev.csv"])
+    assert config.data_name == "reviews.csv" and config.runs_folder == "runs/classify_reviews.csv"
+    assert parse_config(SequenceClassificationTask.config_class, []).runs_folder == (
+        "runs/classify_toy")
+    pretraining = get_task("pretraining").config_class(train_file=("a/ptb.txt", "b/wiki.txt"))
+    assert pretraining.runs_folder == "runs/pretrain_ptb.txt+wiki.txt"

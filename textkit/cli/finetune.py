@@ -110,7 +110,7 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
                  count_tokens=task.count_tokens, log=run.log, learning_rate=learning_rate,
                  writers=run_writers(run.root, tensorboard=config.tensorboard,
                                      main_process=run.main_process),
-                 desc=f"{task.name} {config.dataset}")
+                 desc=f"{task.name} {task.data_name}")
     best_step = manager.best_step()
     best, extra = manager.restore("best", result.state)
     params = best.params

@@ -90,7 +90,7 @@ class TaskConfig:
     decoding), beside a model's ``ModelConfig.tiny``: for conformance tests and smoke runs."""
 
     runs_name: ClassVar[str] = "run"
-    """The runs folder is ``runs/<runs_name>_<dataset>``."""
+    """The runs folder is ``runs/<runs_name>_<data_name>``."""
 
     path_fields: ClassVar[tuple[str, ...]] = (
         "data_dir", "train_file", "valid_file", "test_file", "predict", "pretrained",
@@ -100,9 +100,19 @@ class TaskConfig:
     another working directory compares the same files."""
 
     @property
+    def data_name(self) -> str:
+        """The data a run trains on, for its runs folder and its labels: the file name of
+        ``--train-file`` (names joined by ``+`` for several) where the task has one and it
+        is given, else the dataset name."""
+        files = getattr(self, "train_file", None)
+        if not files:
+            return self.dataset
+        return "+".join(os.path.basename(f) for f in ([files] if isinstance(files, str) else files))
+
+    @property
     def runs_folder(self) -> str:
-        """Where runs without ``--save-dir`` go: ``runs/<runs_name>_<dataset>``."""
-        return f"runs/{self.runs_name}_{self.dataset}"
+        """Where runs without ``--save-dir`` go: ``runs/<runs_name>_<data_name>``."""
+        return f"runs/{self.runs_name}_{self.data_name}"
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -147,6 +157,11 @@ class Task(abc.ABC):
         self.config = config
         self.run = run
         self.log = log or run.log
+
+    @property
+    def data_name(self) -> str:
+        """What the run trains on, for logs (``TaskConfig.data_name``)."""
+        return self.config.data_name
 
     @property
     def splits(self) -> tuple[str, ...]:

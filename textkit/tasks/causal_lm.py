@@ -134,12 +134,6 @@ class CausalLMTask(Task):
                                         ("test", c.test_file)) if f)
         return super().splits
 
-    @property
-    def data_name(self) -> str:
-        """What the run trains on: the training file's name, else the dataset."""
-        return Path(self.config.train_file).name if self.config.train_file \
-            else self.config.dataset
-
     # ------------------------------------------------------------------ data
     def read_split(self, split: str) -> list[str]:
         c = self.config

@@ -276,11 +276,6 @@ class EncoderTask(Task):
     def toy(self, split: str, size: int) -> Any:
         """``size`` generated examples of ``split``."""
 
-    @property
-    def data_name(self) -> str:
-        """What the data is, for logs: the dataset name or the training file."""
-        return self.config.train_file or self.config.dataset
-
     # ------------------------------------------------------------------------------- model
     def num_labels(self) -> int:
         """Output size of the head."""

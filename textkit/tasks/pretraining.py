@@ -298,12 +298,6 @@ class PretrainingTask(Task):
             return ("train", "valid") if self.config.valid_file else ("train",)
         return super().splits
 
-    @property
-    def data_name(self) -> str:
-        """What the run trains on, for logs."""
-        files = self.config.train_file
-        return ", ".join(Path(f).name for f in files) if files else self.config.dataset
-
     # ------------------------------------------------------------------ data
     def read_split(self, split: str) -> TextFiles:
         """The split's text files (``--train-file`` / ``--valid-file``), or the generated toy
