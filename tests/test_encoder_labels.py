@@ -59,3 +59,23 @@ def test_a_new_head_drops_or_takes_the_names(tmp_path):
                                       labels=("x", "y", "z")).model
     assert three.config.labels is None and three.config.num_labels == 3
     assert named.config.labels == ("x", "y", "z") and named.config.num_labels == 3
+
+
+@pytest.mark.parametrize("dataset, names", [
+    ("glue_sst2", ["negative", "positive"]), ("glue_mrpc", ["not_equivalent", "equivalent"]),
+    ("glue_rte", ["entailment", "not_entailment"])])
+def test_glue_exports_name_what_the_label_codes_mean(dataset, names, tmp_path):
+    """A run on a GLUE dataset exports id2label names, not the files' codes "0" / "1"."""
+    from textkit.cli.flags import parse_config
+    from textkit.tasks import SequenceClassificationTask
+    from textkit.training import RunDir
+
+    config = parse_config(SequenceClassificationTask.config_class, ["--dataset", dataset])
+    task = SequenceClassificationTask(config, RunDir(tmp_path))
+    task.label_names = ["0", "1"] if dataset != "glue_rte" else names   # as read from its files
+    assert task.export_labels() == names
+    own = parse_config(SequenceClassificationTask.config_class, [
+        "--dataset", dataset, "--train-file", "t.tsv", "--pair-column", "b"])
+    task = SequenceClassificationTask(own, RunDir(tmp_path))
+    task.label_names = ["0", "1"]
+    assert task.export_labels() == ["0", "1"]           # a file of one's own keeps its labels

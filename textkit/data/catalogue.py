@@ -274,6 +274,13 @@ _GLUE = {
                   "MNLI entailment: train 392,702 / dev-matched 9,815"),
 }
 
+# what the label codes of the GLUE files mean (the names of the GLUE benchmark's own release)
+_GLUE_LABEL_NAMES = {
+    "glue_sst2": ("negative", "positive"), "glue_cola": ("unacceptable", "acceptable"),
+    "glue_wnli": ("not_entailment", "entailment"), "glue_qqp": ("not_duplicate", "duplicate"),
+    "glue_mrpc": ("not_equivalent", "equivalent"),
+}
+
 
 def _glue_table(text: object, pair: object, label: object, names: tuple[str, ...] | None,
                 header: bool) -> Callable[..., TextExamples]:
@@ -292,6 +299,7 @@ for _name, (_archive, _dev, _text, _pair, _label, _names, _header, _about) in _G
                         else None, members=("train.tsv", _dev)),),
         task="sequence_classification", splits={"train": "train", "valid": "dev"},
         fields=("text", "pair", "label") if _pair else ("text", "label"),
+        label_names=_GLUE_LABEL_NAMES.get(_name, _names or ()),
         build=_glue_table(_text, _pair, _label, _names, _header)))
 
 
@@ -330,7 +338,8 @@ register_dataset(DatasetInfo(
         Source("dev_ids.tsv", (_MRPC_DEV_IDS,),
                ("sha256", "971d7767d81b997fd9060ade0ec23c4fc31cbb226a55d1bd4a1bac474eb81dc7"))),
     task="sequence_classification", splits={"train": "train", "valid": "dev", "test": "test"},
-    fields=("text", "pair", "label"), build=_mrpc))
+    fields=("text", "pair", "label"), label_names=_GLUE_LABEL_NAMES["glue_mrpc"],
+    build=_mrpc))
 
 
 def _squad(root: Path, files: Mapping[str, Path], **kwargs: Any) -> list:

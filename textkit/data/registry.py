@@ -81,6 +81,9 @@ class DatasetInfo:
     task: str | None = None
     splits: Mapping[str, str] = dataclasses.field(default_factory=dict)
     fields: tuple[str, ...] = ()
+    label_names: tuple[str, ...] = ()
+    """What each label id means, where the files hold codes (GLUE SST-2's 0 and 1 are
+    ``("negative", "positive")``): the names an export's ``id2label`` carries."""
 
     def segment_name(self, segment: str) -> str:
         if segment in self.segments:

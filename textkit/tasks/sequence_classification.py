@@ -210,7 +210,16 @@ class SequenceClassificationTask(EncoderTask):
 
     # ------------------------------------------------------------------------------ outputs
     def export_labels(self) -> Sequence[str] | None:
-        return None if self.regression else self.label_names
+        """The label names, or what a catalogue dataset's label codes mean (SST-2's ``0``
+        and ``1``: ``negative``, ``positive``) when the run read that dataset."""
+        if self.regression:
+            return None
+        config = self.config
+        if config.dataset != "toy" and not config.train_file:
+            meaning = get_dataset_info(config.dataset).label_names
+            if len(meaning) == len(self.label_names):
+                return list(meaning)
+        return self.label_names
 
     def read_inputs(self, path: str) -> TextExamples:
         """The texts (pairs) of ``--predict FILE`` (the configured columns; labels ignored)."""
