@@ -71,11 +71,12 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     # the export's own logits, computed here: the reference for --predict and the summary
     pretrained = load_pretrained(export)
     model, params, tokenizer = pretrained.model, pretrained.params, pretrained.tokenizer
-    expected = []
+    expected, probabilities = [], []
     for text, _ in valid_rows:
         batch = tokenizer.encode_batch([text], max_length=16)
-        logits = np.asarray(model.apply({"params": params}, **batch)["logits"])
-        expected.append(config["id2label"][str(int(logits.argmax(-1)[0]))])
+        logits = np.asarray(model.apply({"params": params}, **batch)["logits"])[0]
+        expected.append(config["id2label"][str(int(logits.argmax(-1)))])
+        probabilities.append(np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum())
     accuracy = np.mean([label == gold for label, (_, gold) in zip(expected, valid_rows)])
     assert summary["valid_accuracy"] == accuracy
 
@@ -86,6 +87,22 @@ def test_finetune_trains_exports_the_best_and_predicts_what_the_export_computes(
     records = [json.loads(line) for line in Path(out["predictions"]).read_text().splitlines()]
     assert [r["text"] for r in records] == [t for t, _ in valid_rows]
     assert [r["label"] for r in records] == expected
+    for record, p in zip(records, probabilities):      # each label with its probability
+        np.testing.assert_allclose(record["probability"], p.max(), rtol=1e-5)
+        np.testing.assert_allclose([record["probabilities"][k] for k in ("neg", "pos")], p,
+                                   rtol=1e-5)
+
+    output = tmp_path / "mine" / "labels.jsonl"
+    with pytest.raises(ConfigError, match="--output .*labels.jsonl: its folder does not exist"):
+        finetune(SequenceClassificationTask, [
+            "--pretrained", str(export), "--predict", valid, "--output", str(output)], "test")
+    output.parent.mkdir()
+    out = finetune(SequenceClassificationTask, [
+        "--pretrained", str(export), "--predict", valid, "--max-length", "16",
+        "--output", str(output), "--save-dir", str(tmp_path / "predict2")], "test")
+    assert out["predictions"] == str(output) and output.read_text() == Path(
+        tmp_path / "predict" / "predictions.jsonl").read_text()
+    assert not (tmp_path / "predict2" / "predictions.jsonl").exists()
 
 
 def test_predict_refuses_a_missing_export_early_and_never_moves_latest(tmp_path, monkeypatch):
@@ -124,3 +141,24 @@ def test_a_training_file_run_is_filed_and_labelled_after_its_file():
         "runs/classify_toy")
     pretraining = get_task("pretraining").config_class(train_file=("a/ptb.txt", "b/wiki.txt"))
     assert pretraining.runs_folder == "runs/pretrain_ptb.txt+wiki.txt"
+
+
+def test_ner_predictions_carry_each_tags_probability(tmp_path, monkeypatch):
+    """predictions.conll: word, probability, tag (last, so CoNLL readers read the tag)."""
+    from textkit.tasks import TokenClassificationTask
+
+    monkeypatch.chdir(tmp_path)                   # the prediction run's directory goes here
+    words = tmp_path / "words.txt"
+    words.write_text("John\nlives\nin\nRome\n\nHello\n")
+    output = tmp_path / "tags.conll"
+    out = finetune(TokenClassificationTask, [
+        "--pretrained", str(FIXTURE.parent / "bert_tokcls"), "--predict", str(words),
+        "--max-length", "16", "--output", str(output)], "test")
+    assert out["count"] == 2
+    sentences = [block.splitlines() for block in output.read_text().split("\n\n") if block]
+    assert [[line.split("\t")[0] for line in s] for s in sentences] == [
+        ["John", "lives", "in", "Rome"], ["Hello"]]
+    labels = json.loads((FIXTURE.parent / "bert_tokcls" / "config.json").read_text())["id2label"]
+    for line in (line for s in sentences for line in s):
+        _, probability, tag = line.split("\t")
+        assert 1 / len(labels) <= float(probability) <= 1 and tag in labels.values()

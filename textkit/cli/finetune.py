@@ -8,8 +8,9 @@ metric kept (``checkpoints/``), ``--resume``, several devices as in the translat
 At the end the best parameters are scored on the validation split (and the test split where
 there is one), exported with ``save_pretrained`` to ``<run>/export`` (transformers loads it),
 and ``summary.json`` gets the scores. ``--predict FILE`` with ``--pretrained <run>/export``
-writes ``predictions.jsonl`` (``predictions.json`` for SQuAD) into a new run directory under
-``<runs folder>/predictions`` (or ``--save-dir``) instead of training.
+writes ``predictions.jsonl`` (each label with its probability; ``predictions.json`` for SQuAD,
+``predictions.conll`` for NER) into a new run directory under ``<runs folder>/predictions`` (or
+``--save-dir``), or to ``--output FILE``, instead of training.
 
 ``main`` is the command line ``textkit-finetune {classify,squad,ner} [flags]`` (installed with
 the package): the recipe of that name, as ``examples/finetune/<name>.py`` runs it.
@@ -25,6 +26,7 @@ from typing import Any
 import jax
 
 from textkit import parallel
+from textkit._io import write_text_atomic
 from textkit.cli import run_main
 from textkit.cli.flags import parse_config
 from textkit.errors import ConfigError
@@ -137,9 +139,10 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
 
 def predict(task_cls: type[EncoderTask], config: Any) -> dict[str, Any]:
     """Predictions of a fine-tuned export (``--pretrained``) for the inputs of
-    ``--predict FILE``, written into a new run directory: ``--save-dir``, or one under
-    ``<runs folder>/predictions`` (the training runs' ``latest`` link never moves). An export
-    or an input file that is not there is refused before anything is written."""
+    ``--predict FILE``, written to ``--output FILE`` or into the new run directory (which logs
+    the run): ``--save-dir``, or one under ``<runs folder>/predictions`` (the training runs'
+    ``latest`` link never moves). An export, an input file or an output folder that is not
+    there is refused before anything is written."""
     export = Path(config.pretrained)
     if not (export / "config.json").is_file():
         raise ConfigError(
@@ -148,6 +151,8 @@ def predict(task_cls: type[EncoderTask], config: Any) -> dict[str, Any]:
             f"{config.runs_folder}/latest/export")
     if not Path(config.predict).is_file():
         raise ConfigError(f"--predict {config.predict}: no such file")
+    if config.output and not Path(config.output).resolve().parent.is_dir():
+        raise ConfigError(f"--output {config.output}: its folder does not exist")
     run = RunDir.start(config.save_dir, f"{config.runs_folder}/predictions", config.record(),
                        resume=False, check=())
     task = task_cls(config, run)
@@ -155,6 +160,9 @@ def predict(task_cls: type[EncoderTask], config: Any) -> dict[str, Any]:
     task.prepare_inputs(data)
     model = task.build_model()
     params = task.init_params(model, jax.random.PRNGKey(0))
-    path, count = task.write_predictions(run, model, params, data)
+    text, count = task.format_predictions(model, params, data)
+    path = Path(config.output) if config.output else run.root / task.predictions_file
+    if run.main_process:
+        write_text_atomic(path, text)
     run.log(f"{count:,} predictions of {config.pretrained} for {config.predict} -> {path}")
     return {"predictions": str(path), "count": count}

@@ -93,7 +93,7 @@ class TaskConfig:
     """The runs folder is ``runs/<runs_name>_<data_name>``."""
 
     path_fields: ClassVar[tuple[str, ...]] = (
-        "data_dir", "train_file", "valid_file", "test_file", "predict", "pretrained",
+        "data_dir", "train_file", "valid_file", "test_file", "predict", "output", "pretrained",
         "init_from", "embedding_path", "embedding_root")
     """Fields (of any task's config) naming a file or folder: ``record`` writes them absolute,
     so a run's ``config.json`` names its data wherever it is read, and ``--resume`` from

@@ -201,6 +201,9 @@ class EncoderTaskConfig(TaskConfig):
     predict: str | None = flag(None, "write predictions for the inputs of this file with "
                                "--pretrained (a fine-tuned export) instead of training",
                                group="evaluation")
+    output: str | None = flag(None, "with --predict: the file the predictions go to (default: "
+                              "predictions.* in the prediction run's directory)",
+                              group="output")
     export: bool = flag(True, "export the best parameters with save_pretrained to "
                         "<run>/export", group="output")
     toy_examples: int = flag(8000, "training examples of the generated toy data (valid gets "
@@ -429,10 +432,12 @@ class EncoderTask(Task):
         """Load ``--pretrained`` (a fine-tuned export) to predict ``data``."""
         self.load_checkpoint(())
 
+    predictions_file: ClassVar[str]
+    """The name of ``--predict``'s output in the prediction run's directory."""
+
     @abc.abstractmethod
-    def write_predictions(self, run: RunDir, model: nn.Module, params: Params,
-                          data: Any) -> tuple[Path, int]:
-        """Write the predictions of ``data`` into ``run``; ``(path, count)``."""
+    def format_predictions(self, model: nn.Module, params: Params, data: Any) -> tuple[str, int]:
+        """The predictions of ``data`` as the text of ``predictions_file``, and their count."""
 
     # ------------------------------------------------------------------------------ export
     def export(self, model: nn.Module, params: Params, directory: str | Path,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -222,18 +221,21 @@ class QuestionAnsweringTask(EncoderTask):
                       data: Mapping[str, Any]) -> None:
         """``<run>/predictions.json``: the evaluated split's answers, ``{question id: text}``
         (the official scorer's input)."""
-        self._write(run, self.answers(model, params, data["valid"]))
-
-    def _write(self, run: RunDir, answers: Mapping[str, str]) -> Path:
-        run.write_text("predictions.json", json.dumps(answers, ensure_ascii=False, indent=1)
-                       + "\n")
-        return run.root / "predictions.json"
+        run.write_text(self.predictions_file,
+                       _answers_json(self.answers(model, params, data["valid"])))
 
     def read_inputs(self, path: str) -> list[Question]:
         """The questions of a SQuAD-layout JSON file (answers optional)."""
         return read_squad(path, require_answers=False)
 
-    def write_predictions(self, run: RunDir, model: Any, params: Params,
-                          data: list[Question]) -> tuple[Path, int]:
+    predictions_file = "predictions.json"
+
+    def format_predictions(self, model: Any, params: Params,
+                           data: list[Question]) -> tuple[str, int]:
+        """``{question id: answer text}`` (the official scorer's input)."""
         answers = self.answers(model, params, data)
-        return self._write(run, answers), len(answers)
+        return _answers_json(answers), len(answers)
+
+
+def _answers_json(answers: Mapping[str, str]) -> str:
+    return json.dumps(answers, ensure_ascii=False, indent=1) + "\n"

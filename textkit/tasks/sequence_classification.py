@@ -192,15 +192,19 @@ class SequenceClassificationTask(EncoderTask):
         return loss_fn
 
     # -------------------------------------------------------------------------- evaluation
-    def predict(self, model: Any, params: Params, data: TextExamples) -> np.ndarray:
-        """[N] predicted class ids (float targets with regression) of every example."""
-        out = np.zeros(len(data), np.float32 if self.regression else np.int32)
+    def logits(self, model: Any, params: Params, data: TextExamples) -> np.ndarray:
+        """[N, num_labels] float32 logits of every example (the target with regression)."""
+        out = np.zeros((len(data), self.num_labels()), np.float32)
         for batch, outputs in self.predictions(model, params,
                                                self.make_loader(data, train=False)):
             real = batch["weights"] > 0
-            logits = outputs["logits"][real]
-            out[batch["index"][real]] = logits[:, 0] if self.regression else logits.argmax(-1)
+            out[batch["index"][real]] = outputs["logits"][real]
         return out
+
+    def predict(self, model: Any, params: Params, data: TextExamples) -> np.ndarray:
+        """[N] predicted class ids (float targets with regression) of every example."""
+        logits = self.logits(model, params, data)
+        return logits[:, 0] if self.regression else logits.argmax(-1).astype(np.int32)
 
     def evaluate(self, model: Any, params: Params, data: TextExamples) -> dict[str, float]:
         if data.labels is None:
@@ -234,17 +238,27 @@ class SequenceClassificationTask(EncoderTask):
         self.label_names = [id2label.get(str(i), str(i)) for i in range(len(id2label))]
         super().prepare_inputs(data)
 
-    def write_predictions(self, run: RunDir, model: Any, params: Params,
-                          data: TextExamples) -> tuple[Path, int]:
-        """``<run>/predictions.jsonl``: per input its text(s) and predicted label (name)."""
-        predicted = self.predict(model, params, data).tolist()
+    predictions_file = "predictions.jsonl"
+
+    def format_predictions(self, model: Any, params: Params,
+                           data: TextExamples) -> tuple[str, int]:
+        """JSON lines: per input its text(s), the predicted label (name; the value with
+        regression), its ``probability`` and the ``probabilities`` of every label."""
+        logits = self.logits(model, params, data)
+        names = self.label_names + [str(i) for i in range(len(self.label_names),
+                                                           logits.shape[1])]
+        probabilities = np.asarray(jax.nn.softmax(logits, axis=-1)).tolist()
         lines = []
-        for i, value in enumerate(predicted):
+        for i, row in enumerate(logits):
             record: dict[str, Any] = {"text": data.texts[i]}
             if data.pairs is not None:
                 record["pair"] = data.pairs[i]
-            record["label"] = value if self.regression or value >= len(self.label_names) \
-                else self.label_names[value]
+            if self.regression:
+                record["label"] = float(row[0])
+            else:
+                best = int(row.argmax())
+                record["label"] = names[best]
+                record["probability"] = probabilities[i][best]
+                record["probabilities"] = dict(zip(names, probabilities[i]))
             lines.append(json.dumps(record, ensure_ascii=False) + "\n")
-        run.write_text("predictions.jsonl", "".join(lines))
-        return run.root / "predictions.jsonl", len(lines)
+        return "".join(lines), len(lines)

@@ -126,20 +126,27 @@ class TokenClassificationTask(EncoderTask):
         return loss_fn
 
     # -------------------------------------------------------------------------- evaluation
-    def predict(self, model: Any, params: Params,
-                data: list[TaggedSentence]) -> list[list[str]]:
-        """The predicted tag of every word of every sentence."""
+    def word_probabilities(self, model: Any, params: Params,
+                           data: list[TaggedSentence]) -> list[np.ndarray]:
+        """Per sentence [words, tags] float32 tag probabilities at each word's first sub-word
+        (uniform for words cut off by ``--max-length``)."""
         encodings = self.word_encodings(data)
-        predicted: list[list[str]] = [[] for _ in data]
+        out: list[np.ndarray] = [np.zeros((0, len(self.tags)), np.float32) for _ in data]
         for batch, outputs in self.predictions(model, params,
                                                self.make_loader(data, train=False)):
             for row in np.flatnonzero(batch["weights"] > 0):
                 i = int(batch["index"][row])
                 n = len(encodings[i].ids)
-                ids = word_labels(encodings[i].word_ids, outputs["logits"][row, :n].argmax(-1),
-                                  len(data[i].tokens))
-                predicted[i] = [self.tags[k] for k in ids.tolist()]
-        return predicted
+                logits = word_labels(encodings[i].word_ids, outputs["logits"][row, :n],
+                                     len(data[i].tokens))
+                out[i] = np.asarray(jax.nn.softmax(logits, axis=-1))
+        return out
+
+    def predict(self, model: Any, params: Params,
+                data: list[TaggedSentence]) -> list[list[str]]:
+        """The predicted tag of every word of every sentence."""
+        return [[self.tags[k] for k in p.argmax(-1).tolist()]
+                for p in self.word_probabilities(model, params, data)]
 
     def evaluate(self, model: Any, params: Params,
                  data: list[TaggedSentence]) -> dict[str, float]:
@@ -179,12 +186,16 @@ class TokenClassificationTask(EncoderTask):
         self.tags = [id2label.get(str(i), f"LABEL_{i}") for i in range(len(id2label))]
         super().prepare_inputs(data)
 
-    def write_predictions(self, run: RunDir, model: Any, params: Params,
-                          data: list[TaggedSentence]) -> tuple[Path, int]:
-        """``<run>/predictions.conll``: each word and its predicted tag, a blank line between
-        sentences."""
-        predicted = self.predict(model, params, data)
-        text = "".join("".join(f"{w}\t{t}\n" for w, t in zip(s.tokens, tags)) + "\n"
-                       for s, tags in zip(data, predicted))
-        run.write_text("predictions.conll", text)
-        return run.root / "predictions.conll", len(data)
+    predictions_file = "predictions.conll"
+
+    def format_predictions(self, model: Any, params: Params,
+                           data: list[TaggedSentence]) -> tuple[str, int]:
+        """CoNLL columns: each word, its tag's probability and the predicted tag (last, as
+        CoNLL readers expect), a blank line between sentences."""
+        lines = []
+        for sentence, probabilities in zip(data, self.word_probabilities(model, params, data)):
+            best = probabilities.argmax(-1)
+            lines += [f"{word}\t{probabilities[j, k]:.4f}\t{self.tags[k]}\n"
+                      for j, (word, k) in enumerate(zip(sentence.tokens, best.tolist()))]
+            lines.append("\n")
+        return "".join(lines), len(data)
