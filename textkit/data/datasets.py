@@ -32,7 +32,7 @@ __all__ = [
 
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8",
-              error: type[DataFileError] = DataFileError) -> str:
+              error: type[Exception] = DataFileError) -> str:
     """The text of a file, a byte-order mark dropped. Undecodable bytes raise ``error`` naming
     the file, the line and the byte of the first bad one."""
     path = Path(path)

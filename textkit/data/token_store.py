@@ -15,7 +15,9 @@ build leaves no store behind (the next call starts again). A store is keyed by t
 ``key`` (checksums of the tokenizer and source files, see ``file_digest``): a changed file gives
 a new key and the store is rebuilt. Every line becomes a sample (an empty side has length 0), so
 sample ``i`` is line ``i + 1`` of the source files; the caller selects what it trains on with
-``TokenStore.select``.
+``TokenStore.select``. A store whose files are damaged or disagree (``meta.json`` not JSON or
+lacking a key, ``lengths.npy`` unreadable or of another shape, a ``.bin`` file of the wrong size)
+is a ``TokenStoreError`` naming the file; ``build_token_store`` then builds it again.
 """
 
 from __future__ import annotations
@@ -37,10 +39,53 @@ from tqdm.auto import tqdm
 
 from textkit._io import atomic_dir, write_json_atomic
 from textkit.data.download import file_hash
+from textkit.errors import DataFileError
 
-__all__ = ["TokenStore", "build_token_store", "file_digest", "remove_stale"]
+__all__ = ["TokenStore", "TokenStoreError", "build_token_store", "file_digest", "remove_stale"]
 
 FORMAT, VERSION = "textkit-token-store", 1
+DTYPES = ("uint16", "int32")
+
+
+class TokenStoreError(DataFileError):
+    """A damaged token store (named: the file and what was expected)."""
+
+
+def _damaged(path: Path, what: str) -> TokenStoreError:
+    return TokenStoreError(f"{path}: {what}; the store is damaged: delete {path.parent}")
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` of a store, checked: this format and version, ``fields``, ``dtype``."""
+    try:
+        meta = json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise _damaged(path, f"not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise _damaged(path, f"a JSON {type(meta).__name__}, expected an object")
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise TokenStoreError(f"{path}: not a {FORMAT} version {VERSION} (format "
+                              f"{meta.get('format')!r}, version {meta.get('version')!r})")
+    fields = meta.get("fields")
+    if not (isinstance(fields, list) and fields and all(isinstance(f, str) for f in fields)):
+        raise _damaged(path, f"fields is {fields!r}, expected a list of field names")
+    if meta.get("dtype") not in DTYPES:
+        raise _damaged(path, f"dtype is {meta.get('dtype')!r}, expected one of {DTYPES}")
+    return meta
+
+
+def _read_lengths(path: Path, num_fields: int) -> np.ndarray:
+    """int64 [num_samples, num_fields] ``lengths.npy``, checked."""
+    try:
+        lengths = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise _damaged(path, f"unreadable ({err})") from None
+    if lengths.ndim != 2 or lengths.shape[1] != num_fields or lengths.dtype.kind not in "iu":
+        raise _damaged(path, f"{lengths.dtype} {list(lengths.shape)}, expected integers "
+                       f"[num_samples, {num_fields}]")
+    if lengths.size and lengths.min() < 0:
+        raise _damaged(path, "a negative length")
+    return lengths.astype(np.int64)
 
 
 def file_digest(paths: Iterable[str | os.PathLike], *extra: Any) -> str:
@@ -68,13 +113,9 @@ class TokenStore:
         meta_path = self.directory / "meta.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{self.directory} is not a token store (no meta.json)")
-        self.meta = json.loads(meta_path.read_text())
-        if self.meta.get("format") != FORMAT or self.meta.get("version") != VERSION:
-            raise ValueError(f"{meta_path}: not a {FORMAT} version {VERSION} "
-                             f"(format {self.meta.get('format')!r}, "
-                             f"version {self.meta.get('version')!r})")
+        self.meta = _read_meta(meta_path)
         self.fields = tuple(self.meta["fields"])
-        all_lengths = np.load(self.directory / "lengths.npy").astype(np.int64)
+        all_lengths = _read_lengths(self.directory / "lengths.npy", len(self.fields))
         dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
         self._ids, self._offsets = [], []
         for f, field in enumerate(self.fields):
@@ -82,8 +123,8 @@ class TokenStore:
             expected = int(all_lengths[:, f].sum())
             size = path.stat().st_size if path.is_file() else -1
             if size != expected * dtype.itemsize:
-                raise ValueError(f"{path}: {size} bytes, but lengths.npy needs {expected} "
-                                 f"{dtype} ids; the store is damaged: delete {self.directory}")
+                raise _damaged(path, "missing" if size < 0 else f"{size} bytes, but "
+                               f"lengths.npy needs {expected} {dtype} ids")
             # a plain ndarray view of the map: slicing an np.memmap subclass costs ~4x more
             self._ids.append(np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=(expected,)))
                              if expected else np.zeros(0, dtype))
@@ -210,7 +251,7 @@ def build_token_store(directory: str | os.PathLike,
     if (directory / "meta.json").is_file():
         try:
             store = TokenStore(directory)
-        except (ValueError, KeyError, json.JSONDecodeError):
+        except TokenStoreError:
             store = None
         if store is not None and store.key == key:
             return store

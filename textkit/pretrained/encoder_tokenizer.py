@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from textkit.data.datasets import read_text
 from textkit.pretrained.errors import MissingFileError, PretrainedError
+from textkit.pretrained.files import TOKENIZER_TYPES, read_json_object, read_settings
 
 __all__ = ["EncoderTokenizer", "TOKENIZER_FILES"]
 
@@ -97,14 +99,16 @@ class EncoderTokenizer:
         from tokenizers import Tokenizer
 
         root = Path(root)
-        settings: dict[str, Any] = {}
-        if (root / "tokenizer_config.json").is_file():
-            settings = json.loads((root / "tokenizer_config.json").read_text("utf-8"))
+        settings = read_settings(root / "tokenizer_config.json", TOKENIZER_TYPES)
         specials = _SPECIALS.get(model_type, _BERT_SPECIALS)
         pad_token = _token(settings.get("pad_token"), specials["pad_token"])
         spm = root / _SPM_FILES.get(model_type, "-")
         if (root / "tokenizer.json").is_file():
-            tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+            try:
+                tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+            except Exception as err:  # tokenizers raises a bare Exception
+                raise PretrainedError(f"{root / 'tokenizer.json'}: not a tokenizers file, or "
+                                      f"damaged ({err})") from None
         elif model_type == "deberta-v2" and spm.is_file():
             tokenizer = _deberta_unigram(spm, settings)
         elif model_type == "xlm-roberta" and spm.is_file():
@@ -242,14 +246,21 @@ def _added(tokenizer: Any, settings: dict[str, Any], specials: dict[str, str]) -
                                   for t in tokens])
 
 
+def _text(path: Path) -> str:
+    """A vocabulary file's text (``PretrainedError`` naming the line of a byte not UTF-8)."""
+    return read_text(path, error=PretrainedError)
+
+
 def _wordpiece(vocab_file: Path, settings: dict[str, Any]) -> Any:
     """BERT's tokenizer from vocab.txt, as transformers' ``BertTokenizer`` builds it."""
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
 
-    lines = vocab_file.read_text("utf-8").split("\n")
+    lines = _text(vocab_file).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    if not lines:
+        raise PretrainedError(f"{vocab_file}: empty (expected one WordPiece token a line)")
     vocab: dict[str, int] = {}
     for index, token in enumerate(lines):
         vocab[token.rstrip("\n")] = index
@@ -276,9 +287,9 @@ def _byte_level_bpe(vocab_file: Path, merges_file: Path, settings: dict[str, Any
     from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
     from tokenizers.models import BPE
 
-    vocab = json.loads(vocab_file.read_text("utf-8"))
+    vocab = read_json_object(vocab_file)
     merges = []
-    for line in merges_file.read_text("utf-8").split("\n"):
+    for line in _text(merges_file).split("\n"):
         if line.startswith("#version") or not line.strip():
             continue
         parts = line.split()

@@ -1,11 +1,14 @@
-"""Reading the files every Hugging Face checkpoint directory shares: ``config.json`` and the
-weights (``model.safetensors``, or ``pytorch_model.bin`` when torch is installed)."""
+"""Reading the files every Hugging Face checkpoint directory shares: ``config.json``, the
+weights (``model.safetensors``, or ``pytorch_model.bin`` when torch is installed) and the JSON
+settings files whose keys are checked by type (``check_types``: ``tokenizer_config.json``,
+``generation_config.json``)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,7 +20,9 @@ from textkit.pretrained.errors import (
     UnsupportedArchitectureError,
 )
 
-__all__ = ["read_config", "read_json_object", "read_tensors", "unsupported", "write_tensors_file"]
+__all__ = ["GENERATION_TYPES", "TOKENIZER_TYPES", "Expected", "check_types", "read_config",
+           "read_json_object", "read_settings", "read_tensors", "unsupported",
+           "write_tensors_file"]
 
 LAYOUT = "config.json, model.safetensors and the tokenizer's files"
 
@@ -47,6 +52,67 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise NotCheckpointError(f"{path}: expected a JSON object, got "
                                  f"{type(value).__name__}")
     return value
+
+
+class Expected(NamedTuple):
+    """What a settings key holds: ``check`` says whether a value fits ``what`` (for messages)."""
+
+    check: Callable[[Any], bool]
+    what: str
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+INT = Expected(_is_int, "an integer")
+NUMBER = Expected(lambda v: _is_int(v) or isinstance(v, float), "a number")
+BOOL = Expected(lambda v: isinstance(v, bool), "true or false")
+TOKEN = Expected(lambda v: isinstance(v, str) or (isinstance(v, dict)
+                                                  and isinstance(v.get("content"), str)),
+                 "a string or an object with a string content")
+IDS = Expected(lambda v: _is_int(v) or (isinstance(v, list) and all(map(_is_int, v))),
+               "an integer or a list of integers")
+
+TOKENIZER_TYPES: dict[str, Expected] = {
+    **dict.fromkeys(("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
+                     "bos_token", "eos_token"), TOKEN),
+    **dict.fromkeys(("do_lower_case", "add_prefix_space", "trim_offsets",
+                     "tokenize_chinese_chars", "strip_accents"), BOOL),
+    "model_max_length": NUMBER,
+}
+"""The ``tokenizer_config.json`` keys textkit reads, by what they hold (null: not set)."""
+
+GENERATION_TYPES: dict[str, Expected] = {
+    **dict.fromkeys(("max_new_tokens", "max_length", "num_beams", "top_k", "min_length",
+                     "no_repeat_ngram_size", "min_new_tokens", "pad_token_id", "bos_token_id",
+                     "decoder_start_token_id"), INT),
+    **dict.fromkeys(("temperature", "top_p", "min_p", "repetition_penalty",
+                     "length_penalty"), NUMBER),
+    "do_sample": BOOL,
+    **dict.fromkeys(("eos_token_id", "forced_eos_token_id"), IDS),
+}
+"""The ``generation_config.json`` keys textkit reads, by what they hold (null: not set)."""
+
+
+def check_types(path: Path, settings: Mapping[str, Any], types: Mapping[str, Expected]) -> None:
+    """Refuse (``PretrainedError`` naming ``path`` and the key) a key of ``types`` whose value
+    in ``settings`` is neither null nor what ``types`` expects."""
+    for key, expected in types.items():
+        value = settings.get(key)
+        if value is not None and not expected.check(value):
+            raise PretrainedError(f"{path}: {key} is {json.dumps(value)}, expected "
+                                  f"{expected.what}")
+
+
+def read_settings(path: Path, types: Mapping[str, Expected]) -> dict[str, Any]:
+    """The JSON object in ``path`` with its keys checked against ``types`` (``check_types``);
+    {} when there is no such file."""
+    if not path.is_file():
+        return {}
+    settings = read_json_object(path)
+    check_types(path, settings, types)
+    return settings
 
 
 def unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchitectureError:

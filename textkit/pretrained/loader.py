@@ -21,7 +21,13 @@ from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
 from textkit.pretrained import decoders, encoders, marian, sentence
 from textkit.pretrained.errors import UnsupportedArchitectureError
-from textkit.pretrained.files import read_config, read_json_object, unsupported
+from textkit.pretrained.files import (
+    GENERATION_TYPES,
+    check_types,
+    read_config,
+    read_settings,
+    unsupported,
+)
 from textkit.pretrained.result import Pretrained
 
 __all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator",
@@ -71,8 +77,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
 
 def _generation_config(root: Path) -> dict[str, Any]:
     """``generation_config.json`` of ``root`` as a dict ({} when absent)."""
-    path = root / "generation_config.json"
-    return read_json_object(path) if path.is_file() else {}
+    return read_settings(root / "generation_config.json", GENERATION_TYPES)
 
 
 def _load_checkpoint(root: Path, **overrides: Any) -> Pretrained:
@@ -148,7 +153,10 @@ def generation_options(path: str | os.PathLike) -> dict[str, Any]:
     """
     root = Path(path)
     gen_path = root / "generation_config.json"
-    gen = read_json_object(gen_path) if gen_path.is_file() else read_config(root)
+    gen = read_settings(gen_path, GENERATION_TYPES)
+    if not gen_path.is_file():
+        gen = read_config(root)
+        check_types(root / "config.json", gen, GENERATION_TYPES)
     eos = gen.get("eos_token_id", 0)
     eos = eos[0] if isinstance(eos, list) else eos
     banned = [ids[0] for ids in gen.get("bad_words_ids") or [] if len(ids) == 1]

@@ -35,11 +35,15 @@ from textkit.errors import RunDirError
 from textkit.training.checkpoint import CheckpointManager
 from textkit.training.run_lock import RunInUseError, RunLock
 
-__all__ = ["LATEST", "RunDir", "find_run", "launch", "run_directory"]
+__all__ = ["LATEST", "DamagedRunFileError", "RunDir", "find_run", "launch", "run_directory"]
 
 
 LATEST = "latest"
 """The link in a recipe's runs folder to its newest run directory."""
+
+
+class DamagedRunFileError(RunDirError, ValueError):
+    """A file of a run directory that is damaged (named: the file and what was expected)."""
 
 
 def _latest(folder: Path) -> Path:
@@ -206,11 +210,11 @@ class RunDir:
         try:
             config = json.loads(self.config_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{self.config_path} is not valid JSON ({err}): the file is "
-                             "damaged or truncated") from None
+            raise DamagedRunFileError(f"{self.config_path} is not valid JSON ({err}): the "
+                                      "file is damaged or truncated") from None
         if not isinstance(config, dict):
-            raise ValueError(f"{self.config_path} holds a JSON {type(config).__name__}, not "
-                             "an object of settings")
+            raise DamagedRunFileError(f"{self.config_path} holds a JSON "
+                                      f"{type(config).__name__}, not an object of settings")
         return config
 
     def log(self, message: str) -> None:
