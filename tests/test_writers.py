@@ -190,3 +190,44 @@ def test_plot_refuses_runs_without_rows(tmp_path):
         plot_runs([tmp_path], tmp_path / "x.png")
     CurvesWriter(tmp_path / "absent").close()             # nothing to draw: no file, no error
     assert not (tmp_path / "absent" / "curves.png").exists()
+
+
+def test_curves_merge_the_losses_skip_counts_and_name_runs_once(tmp_path):
+    """One loss panel (training, and validation where evaluation records it), no panel for a
+    count of evaluated examples, one legend of the runs above the panels, a title."""
+    from textkit.plot import figure_of
+
+    for name, rate in (("a", 0.01), ("b", 0.05)):
+        writer = JsonlWriter(tmp_path / "runs" / name / "metrics.jsonl")
+        writer.start(0)
+        for step in range(1, 4):
+            writer.write("train", step, 0, {"loss": 2.0 - rate * step, "learning_rate": rate})
+            writer.write("eval", step, 0, {"valid_loss": 2.1 - rate * step, "valid_count": 10,
+                                           "valid_accuracy": 0.5 + rate * step})
+        writer.close()
+    runs = [tmp_path / "runs" / "a", tmp_path / "runs" / "b"]
+    rows = [read_metrics(run) for run in runs]
+    assert panels_of(rows) == [
+        ("train", "loss", "training and validation loss"),
+        ("train", "learning_rate", "learning rate"),
+        ("eval", "valid_accuracy", "valid accuracy (evaluation)")]
+    trained_only = [[row for row in rows[0] if row["kind"] == "train"]]
+    assert panels_of(trained_only)[0][2] == "training loss"   # no "per token": it may be not
+    figure = figure_of(runs)
+    assert figure.get_suptitle() == "runs/a vs runs/b"
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == ["a", "b"]
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_legend() is not None for ax in visible] == [True, False, False]
+    assert [t.get_text() for t in visible[0].get_legend().get_texts()] == [
+        "training", "validation"]
+    assert len(visible[0].get_lines()) == 4           # two runs, two losses each
+    assert not figure_of(runs[:1]).legends            # one run: nothing to tell apart
+
+
+def test_plot_usage_names_the_console_script(monkeypatch, capsys):
+    from textkit.plot.__main__ import main
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/textkit-plot"])
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: textkit-plot ")

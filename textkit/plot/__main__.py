@@ -1,21 +1,25 @@
-"""``python -m textkit.plot RUN [RUN ...] [-o runs.png]``: the curves of several runs on the
-same axes, in one PNG (for comparing schedules, precisions, models)."""
+"""``textkit-plot RUN [RUN ...] [-o runs.png]`` (or ``python -m textkit.plot``): the curves of
+several runs on the same axes, in one PNG (for comparing schedules, precisions, models)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from textkit.plot import plot_runs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m textkit.plot", description=__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    prog = "textkit-plot" if Path(sys.argv[0]).name == "textkit-plot" else \
+        "python -m textkit.plot"                # the usage line names the command typed
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
-    parser.add_argument("-o", "--output", default="runs.png", help="the PNG to write")
-    parser.add_argument("--title", default="", help="a title above the panels")
+    parser.add_argument("-o", "--output", default="runs.png",
+                        help="the PNG to write (default: runs.png)")
+    parser.add_argument("--title", default=None,
+                        help="a title above the panels (default: the runs, joined by 'vs')")
     parser.add_argument("--labels", default=None,
                         help="comma-separated legend labels (default: the directory names)")
     args = parser.parse_args(argv)

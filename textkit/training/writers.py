@@ -108,9 +108,8 @@ class CurvesWriter:
     """``curves.png`` beside ``metrics.jsonl``, redrawn after each evaluation and at the end
     (``textkit.plot.plot_runs``)."""
 
-    def __init__(self, run_root: str | Path, title: str = ""):
+    def __init__(self, run_root: str | Path):
         self.root = Path(run_root)
-        self.title = title or f"{self.root.parent.name}/{self.root.name}"
 
     def start(self, step: int) -> None:
         pass
@@ -121,7 +120,7 @@ class CurvesWriter:
 
     def draw(self) -> None:
         if (self.root / "metrics.jsonl").is_file():
-            plot_runs([self.root], self.root / "curves.png", title=self.title)
+            plot_runs([self.root], self.root / "curves.png")   # titled <runs folder>/<run>
 
     def close(self) -> None:
         self.draw()
