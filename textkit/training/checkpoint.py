@@ -11,16 +11,28 @@ Retention: the ``max_to_keep`` most recent steps are kept; with ``best_metric`` 
 Trust: once a step is written, process 0 records the SHA-256 of every file in it
 (``textkit_checksums.json`` inside the step directory); ``restore`` verifies them first and
 names the damaged file. ``restore("latest")`` falls back to the newest intact step, reporting
-each damaged one by path; a step Orbax refuses to save (at or below a step on disk) is an error.
+each damaged one by path and setting it aside (``<step>.damaged``); a step without checksums (a
+run stopped between saving it and recording them) is set aside as ``<step>.unverified`` when an
+older verified step exists, and otherwise restored only after being read in full against
+Orbax's metadata, with a warning. A step Orbax refuses to save (at or below a step on disk) is
+an error.
+
+Faults: a save that fails (a full disk, a read-only directory) is one ``CheckpointError`` naming
+the cause and the last verified step (``--resume`` continues from it); the partial step is
+removed, and the tracebacks Orbax's threads log for it are held back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
+import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +65,48 @@ def _to_json_tree(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
 CHECKSUMS = "textkit_checksums.json"
 
 
+_PARTIAL = ".orbax-checkpoint-tmp"
+"""The suffix of the folder Orbax writes a step into before renaming it."""
+
+
 class CheckpointError(TextkitError, RuntimeError):
     """A checkpoint that cannot be saved or trusted: a refused save, a damaged or missing file."""
+
+
+class UnverifiedCheckpointError(CheckpointError):
+    """A step without its checksum file: it cannot be verified by checksums."""
+
+
+def _reason(error: Exception) -> str:
+    """A failed save's cause in a few words: the OS error when there is one."""
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.strerror} ({error.filename or type(error).__name__})"
+    text = str(error)
+    code = re.search(r"os_error_code='?(\d+)", text)
+    if code:
+        where = re.search(r'Failed writing: "([^"]+)"', text)
+        return os.strerror(int(code.group(1))) + (f" (writing {where.group(1)})" if where else "")
+    return text.splitlines()[0][:300] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _held_orbax_errors() -> Iterator[list[logging.LogRecord]]:
+    """Hold back the ERROR records (with their tracebacks) that Orbax's threads log while a save
+    runs; the caller turns a failed save into one error and replays them otherwise."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            held.append(record)
+            return False
+        return True
+
+    logger = logging.getLogger("absl")
+    logger.addFilter(hold)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(hold)
 
 
 def _file_digests(step_dir: Path) -> dict[str, str]:
@@ -72,14 +124,13 @@ def _file_digests(step_dir: Path) -> dict[str, str]:
 
 def verify_step(step_dir: str | os.PathLike) -> None:
     """Raise ``CheckpointError`` naming the first file of ``step_dir`` that is missing or whose
-    SHA-256 differs from the one recorded at save time (a step saved without checksums passes
-    with a warning)."""
+    SHA-256 differs from the one recorded at save time (``UnverifiedCheckpointError`` when the
+    step has no checksums)."""
     step_dir = Path(step_dir)
     record = step_dir / CHECKSUMS
     if not record.is_file():
-        warnings.warn(f"{step_dir} has no {CHECKSUMS}: restored without verification",
-                      stacklevel=2)
-        return
+        raise UnverifiedCheckpointError(f"{step_dir} has no {CHECKSUMS}: it cannot be verified "
+                                        "(the run stopped before recording its checksums?)")
     try:
         expected = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -147,21 +198,50 @@ class CheckpointManager:
             raise ValueError(
                 f"step {step}: metrics {sorted(metrics)} lack best_metric {self.best_metric!r}")
         extra = _to_json_tree("extra", {**(extra or {}), "metrics": metrics})
-        saved = self._manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
-            metrics=metrics or None,
-        )
+        with _held_orbax_errors() as held:
+            try:
+                saved = self._manager.save(
+                    int(step),
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
+                    metrics=metrics or None,
+                )
+                if saved:
+                    self._manager.wait_until_finished()
+            except Exception as error:  # Orbax raises many types (OSError, ValueError, ...)
+                raise self._save_failed(int(step), _reason(error)) from None
+        for record in held:
+            logging.getLogger("absl").handle(record)
         if not saved:
             raise CheckpointError(
                 f"Orbax refused to save step {step} in {self.directory} (steps on disk: "
                 f"{self.all_steps()}): a step at or below one already saved; use another "
                 "directory or resume the run that wrote them")
-        self._manager.wait_until_finished()
         if jax.process_index() == 0:
-            step_dir = self.step_dir(int(step))
+            self._record_checksums(int(step))
+
+    def _record_checksums(self, step: int) -> None:
+        """Write the step's checksum file; a step whose checksums cannot be written is set
+        aside (``<step>.unverified``) and the save fails."""
+        step_dir = self.step_dir(step)
+        try:
             _write_json(step_dir / CHECKSUMS, _file_digests(step_dir))
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                step_dir.rename(step_dir.with_name(f"{step}.unverified"))
+            raise self._save_failed(step, f"its checksums could not be written: "
+                                          f"{_reason(error)}") from None
+
+    def _save_failed(self, step: int, reason: str) -> CheckpointError:
+        """The error of a failed save of ``step``, its partial folder removed."""
+        if jax.process_index() == 0:
+            for partial in Path(self.directory).glob(f"{step}{_PARTIAL}*"):
+                shutil.rmtree(partial, ignore_errors=True)
+        self._manager.reload()
+        verified = [s for s in self.all_steps() if (self.step_dir(s) / CHECKSUMS).is_file()]
+        last = (f"the last verified checkpoint, step {verified[-1]}, is intact: --resume "
+                "continues from it" if verified else "no earlier checkpoint was saved")
+        return CheckpointError(f"cannot save step {step} in {self.directory}: {reason}; {last}")
 
     def step_dir(self, step: int) -> Path:
         """The directory of ``step``."""
@@ -182,34 +262,58 @@ class CheckpointManager:
         candidates = [resolved]
         if step is None or step == "latest":
             candidates += [s for s in reversed(self.all_steps()) if s < resolved]
-        errors = []
+        errors: list[str] = []
+        aside: dict[int, str] = {}
         for candidate in candidates:
             try:
-                restored = self._restore_step(candidate, target)
+                restored = self._restore_step(candidate, target, verify=True)
+            except UnverifiedCheckpointError as error:
+                errors.append(str(error))
+                aside[candidate] = "unverified"
+                continue
             except CheckpointError as error:
                 if len(candidates) == 1:
                     raise
                 errors.append(str(error))
+                aside[candidate] = "damaged"
                 warnings.warn(f"{error}; trying an earlier step", stacklevel=2)
                 continue
-            self._set_aside([c for c in candidates if c > candidate])
+            self._set_aside({c: kind for c, kind in aside.items() if c > candidate})
+            return restored
+        for candidate in [c for c, kind in aside.items() if kind == "unverified"]:
+            try:
+                restored = self._restore_step(candidate, target, verify=False)
+            except CheckpointError as error:
+                errors.append(str(error))
+                aside[candidate] = "damaged"
+                continue
+            warnings.warn(f"{self.step_dir(candidate)} has no {CHECKSUMS} and no verified step "
+                          "is left: restored after reading it in full against Orbax's "
+                          "metadata", stacklevel=2)
+            self._set_aside({c: kind for c, kind in aside.items() if c > candidate})
             return restored
         raise CheckpointError(f"no intact checkpoint in {self.directory}: " + "; ".join(errors))
 
-    def _set_aside(self, steps: list[int]) -> None:
-        """Rename damaged steps to ``<step>.damaged`` (kept for inspection, no longer listed),
-        so that the resumed run can save those step numbers again."""
+    def _set_aside(self, steps: Mapping[int, str]) -> None:
+        """Rename damaged or unverified steps to ``<step>.<kind>`` (kept for inspection, no
+        longer listed, with a warning for each), so that the resumed run can save those step
+        numbers again."""
         if not steps:
             return
         if jax.process_index() == 0:
-            for step in steps:
-                self.step_dir(step).rename(self.step_dir(step).with_name(f"{step}.damaged"))
+            for step, kind in steps.items():
+                aside = self.step_dir(step).with_name(f"{step}.{kind}")
+                self.step_dir(step).rename(aside)
+                if kind == "unverified":
+                    warnings.warn(f"{self.step_dir(step)} has no {CHECKSUMS}: set aside as "
+                                  f"{aside}, restoring an earlier verified step", stacklevel=3)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices("textkit damaged checkpoints set aside")
         self._manager.reload()
 
-    def _restore_step(self, step: int, target: Any) -> tuple[Any, dict[str, Any]]:
-        verify_step(self.step_dir(step))
+    def _restore_step(self, step: int, target: Any, *, verify: bool) -> tuple[Any, dict[str, Any]]:
+        if verify:
+            verify_step(self.step_dir(step))
         try:
             restored = self._manager.restore(
                 step, args=ocp.args.Composite(
