@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from textkit.tasks.encoder_task import adamw, layer_depths
+from textkit.training import learning_rate_of
 
 PARAMS = {"word_embeddings": {"embedding": jnp.ones((4, 2))},
           "layer_0": {"wi": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)},
@@ -31,13 +32,16 @@ def _update(tx, grads):
 
 
 def test_schedule_rises_then_falls_to_zero():
-    _, rate = adamw(PARAMS, learning_rate=1e-3, total_steps=100, warmup=0.1, weight_decay=0.0,
-                    num_layers=2, max_grad_norm=None)
-
-    class State:
-        def __init__(self, step):
-            self.step = step
-    assert [rate(State(s)) for s in (0, 5, 10, 55, 100)] == pytest.approx(
+    """The rate of update s: warm-up over 10% of the steps, then linear decay to 0 at the end
+    (the shared budget schedule, whose end ``fit`` moves under a time budget)."""
+    tx, _ = adamw(PARAMS, learning_rate=1e-3, total_steps=100, warmup=0.1, weight_decay=0.0,
+                  num_layers=2, max_grad_norm=None)
+    state, rates = tx.init(PARAMS), []
+    zero = jax.tree_util.tree_map(jnp.zeros_like, PARAMS)
+    for _ in range(101):
+        _, state = tx.update(zero, state, PARAMS)
+        rates.append(learning_rate_of(state))
+    assert [rates[s] for s in (0, 5, 10, 55, 100)] == pytest.approx(
         [0.0, 5e-4, 1e-3, 5e-4, 0.0])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -196,6 +197,22 @@ def test_budget_schedule_shape():
     assert lr[:3] == pytest.approx([0.0, 0.5, 1.0])          # warm-up
     assert lr[3:6] == pytest.approx([1.0, 1.0, 1.0])         # stable
     assert lr[6:] == pytest.approx([0.8, 0.6, 0.4, 0.2, 0.0, 0.0])   # decay to 0 at 10
+
+
+def test_warm_up_and_decay_follow_the_planned_end():
+    """A recipe's warm-up fraction is of the steps the run will take (``fit`` moves
+    ``total_steps`` there, e.g. from 50 epochs to what a time budget allows), not of its first
+    estimate: the encoder recipes' AdamW, the causal-LM and pretraining schedules share it."""
+    from textkit.tasks.encoder_task import adamw
+
+    params = {"w": jnp.zeros((2, 2))}
+    tx, rate = adamw(params, learning_rate=1.0, total_steps=50_000, warmup=0.1,
+                     weight_decay=0.0, num_layers=1)
+    state = optax.tree_utils.tree_set(tx.init(params), total_steps=jnp.float32(100))
+    for _ in range(20):
+        _, state = tx.update({"w": jnp.ones((2, 2))}, state, params)
+    assert learning_rate_of(state) == pytest.approx((100 - 19) / 90)   # warmed up at 10
+    assert rate(types.SimpleNamespace(opt_state=state)) == learning_rate_of(state)
 
 
 def test_fit_ends_the_budget_schedule_at_max_steps():

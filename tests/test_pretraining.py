@@ -22,11 +22,11 @@ from textkit.pretrained import EncoderTokenizer, load_pretrained
 from textkit.tasks.pretraining import (
     PretrainingConfig,
     PretrainingTask,
-    scale_by_budget_decay,
     special_ids,
 )
 from textkit.tasks.pretraining_objectives import generator_params, replaced_tokens
 from textkit.training import RunDir
+from textkit.training.schedules import scale_by_budget_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_PYTHON = Path("/tmp/hfenv/bin/python")
@@ -63,15 +63,18 @@ def test_electra_labels_are_token_differs_from_the_original():
 
 
 def test_schedule_warms_up_then_decays_to_zero_with_its_power():
+    """Pretraining's schedule (the shared budget schedule): warm-up over 10% of the steps to
+    the peak, then ``--decay-power`` of the remaining fraction down to 0 at the end."""
     for power in (1.0, 0.5):
-        tx = scale_by_budget_decay(1.0, 10, 100, power)
+        tx = scale_by_budget_schedule(1.0, 0, 100, decay_fraction=1.0, warmup_fraction=0.1,
+                                      power=power)
         state = tx.init({"w": jnp.zeros(())})
         rates = []
         for _ in range(101):
             update, state = tx.update({"w": jnp.ones(())}, state)
             rates.append(-float(update["w"]))
-        assert rates[0] == 0 and rates[5] == pytest.approx(0.5)
-        assert rates[50] == pytest.approx(0.5 ** power) and rates[100] == 0
+        assert rates[0] == 0 and rates[5] == pytest.approx(0.5) and rates[10] == 1.0
+        assert rates[55] == pytest.approx(0.5 ** power) and rates[100] == 0
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])

@@ -274,8 +274,8 @@ class CausalLMTask(Task):
         c = self.config
         tx = optax.chain(optax.clip_by_global_norm(c.clip_norm), optax.scale_by_adam(),
                          optax.add_decayed_weights(c.weight_decay),
-                         scale_by_budget_schedule(c.lr, int(c.warmup * total_steps),
-                                                  max(total_steps, 1), decay_fraction=1.0))
+                         scale_by_budget_schedule(c.lr, 0, max(total_steps, 1),
+                                                  decay_fraction=1.0, warmup_fraction=c.warmup))
         return with_loss_scaling(tx, c.precision), lambda state: learning_rate_of(
             state.opt_state)
 

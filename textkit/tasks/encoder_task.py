@@ -41,8 +41,9 @@ from textkit.pretrained.files import read_config
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, Params, Task, TaskConfig
 from textkit.training.loop import FitConfig
-from textkit.training.optim import with_loss_scaling
+from textkit.training.optim import learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
+from textkit.training.schedules import scale_by_budget_schedule
 
 __all__ = [
     "EncoderTask", "EncoderTaskConfig", "adamw", "bucket_padding", "layer_depths",
@@ -141,25 +142,24 @@ def adamw(params: Params, *, learning_rate: float, total_steps: int, warmup: flo
           ) -> tuple[optax.GradientTransformation, LearningRate]:
     """``(optimizer, learning_rate)``: gradient clipping to ``max_grad_norm``, AdamW (betas
     0.9 / 0.999, eps 1e-6) with ``weight_decay`` on kernels and embeddings only, the rate rising
-    linearly over the first ``warmup`` fraction of ``total_steps`` and falling linearly to 0;
-    ``layer_decay`` multiplies the rate of depth ``d`` (``layer_depths``) by
-    ``layer_decay ** (num_layers + 1 - d)``; dynamic loss scaling by ``policy``."""
-    warmup_steps = int(round(warmup * total_steps))
-    schedule = optax.join_schedules([
-        optax.linear_schedule(0.0, learning_rate, warmup_steps),
-        optax.linear_schedule(learning_rate, 0.0, max(total_steps - warmup_steps, 1))],
-        [warmup_steps])
+    linearly over the first ``warmup`` fraction of the run and falling linearly to 0 at its end
+    (``scale_by_budget_schedule``: ``fit`` moves the end from ``total_steps`` to where a time
+    budget stops the run, warm-up included); ``layer_decay`` multiplies the rate of depth ``d``
+    (``layer_depths``) by ``layer_decay ** (num_layers + 1 - d)``; dynamic loss scaling by
+    ``policy``."""
     parts = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
-    parts.append(optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=weight_decay,
-                             mask=_decays))
+    parts += [optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-6),
+              optax.add_decayed_weights(weight_decay, mask=_decays)]
     if layer_decay is not None:
         if not 0.0 < layer_decay <= 1.0:
             raise ConfigError(f"--layer-decay {layer_decay}: expected 0 < layer_decay <= 1")
         depths = layer_depths(params, num_layers)
         parts.append(_scale_by_tree(jax.tree_util.tree_map(
             lambda d: float(layer_decay ** (num_layers + 1 - d)), depths)))
+    parts.append(scale_by_budget_schedule(learning_rate, 0, max(total_steps, 1),
+                                          decay_fraction=1.0, warmup_fraction=warmup))
     tx = with_loss_scaling(optax.chain(*parts), policy)
-    return tx, lambda state: float(schedule(int(state.step)))
+    return tx, lambda state: learning_rate_of(state.opt_state)
 
 
 # ----------------------------------------------------------------------------------- config

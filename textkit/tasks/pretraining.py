@@ -23,7 +23,8 @@ architecture (e.g. ``--model electra_small_discriminator``).
 Optimizer: AdamW or LAMB (``optax.scale_by_trust_ratio`` after Adam: layer-wise trust ratios
 for large batches), betas 0.9 / 0.999, eps 1e-6, weight decay on matrices only, gradient
 clipping, warm-up over ``--warmup`` of the steps then a decay to 0 at the run's end of power
-``--decay-power`` (1: linear, else polynomial), the end moving with a time budget (``fit``);
+``--decay-power`` (1: linear, else polynomial), warm-up and end moving with a time budget
+(``training.schedules.scale_by_budget_schedule``, the schedule every recipe shares);
 dynamic loss scaling under float16 policies.
 
 ``evaluate`` masks the held-out sequences with fixed keys and gives ``mlm_loss`` (mean NLL of
@@ -82,10 +83,9 @@ from textkit.tasks.pretraining_objectives import (
 )
 from textkit.training.loop import FitConfig
 from textkit.training.optim import learning_rate_of, with_loss_scaling
-from textkit.training.schedules import BudgetScheduleState
+from textkit.training.schedules import scale_by_budget_schedule
 
-__all__ = ["OBJECTIVES", "PretrainingConfig", "PretrainingTask", "scale_by_budget_decay",
-           "special_ids"]
+__all__ = ["OBJECTIVES", "PretrainingConfig", "PretrainingTask", "special_ids"]
 
 OBJECTIVES = ("mlm", "electra")
 _MASK_TOKENS = ("[MASK]", "<mask>")
@@ -217,30 +217,6 @@ def special_ids(tokenizer: EncoderTokenizer, source: str) -> SpecialIds:
     return SpecialIds(cls, sep, tokenizer.pad_id, masks[0],
                       tuple(sorted(specials | {cls, sep, tokenizer.pad_id, masks[0]})),
                       len(tokenizer))
-
-
-def scale_by_budget_decay(peak_lr: float, warmup_steps: int, total_steps: int,
-                          power: float = 1.0) -> optax.GradientTransformation:
-    """Multiply updates by ``-lr``: ``peak_lr * min(step / warmup_steps,
-    ((total - step) / total) ** power)`` (warm-up, then a linear (power 1) or polynomial decay
-    to 0 at ``total``). ``total_steps`` lives in the state (``BudgetScheduleState``), where
-    ``fit`` moves it to where a time budget ends; use it as the chain's last link."""
-
-    def init_fn(params: Any) -> BudgetScheduleState:
-        del params
-        return BudgetScheduleState(jnp.zeros([], jnp.int32), jnp.float32(max(total_steps, 1)),
-                                   jnp.zeros([], jnp.float32))
-
-    def update_fn(updates: Any, state: BudgetScheduleState, params: Any = None):
-        del params
-        step = state.count.astype(jnp.float32)
-        total = jnp.maximum(state.total_steps, 1.0)
-        warm = jnp.minimum(1.0, step / max(warmup_steps, 1))
-        lr = peak_lr * jnp.minimum(warm, jnp.clip((total - step) / total, 0.0, 1.0) ** power)
-        updates = jax.tree_util.tree_map(lambda u: (-lr * u).astype(u.dtype), updates)
-        return updates, BudgetScheduleState(state.count + 1, state.total_steps, lr)
-
-    return optax.GradientTransformation(init_fn, update_fn)
 
 
 class _Source(NamedTuple):
@@ -480,8 +456,8 @@ class PretrainingTask(Task):
                       lambda p: p.ndim >= 2, params))]
         if c.optimizer == "lamb":
             parts.append(optax.scale_by_trust_ratio())
-        parts.append(scale_by_budget_decay(c.lr, int(c.warmup * total_steps), total_steps,
-                                           c.decay_power))
+        parts.append(scale_by_budget_schedule(c.lr, 0, max(total_steps, 1), decay_fraction=1.0,
+                                              warmup_fraction=c.warmup, power=c.decay_power))
         return with_loss_scaling(optax.chain(*parts), c.precision), (
             lambda state: learning_rate_of(state.opt_state))
 

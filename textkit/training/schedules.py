@@ -1,5 +1,6 @@
-"""Learning-rate schedules: inverse square root (optax primitives) and a budget-aware
-warm-up-stable-decay whose end can move while training runs."""
+"""Learning-rate schedules: inverse square root (optax primitives) and the budget-aware
+warm-up-stable-decay whose end can move while training runs (every recipe's schedule under
+``--time-budget-min``)."""
 
 from __future__ import annotations
 
@@ -40,29 +41,38 @@ class BudgetScheduleState(NamedTuple):
 
 
 def budget_learning_rate(count: jax.Array, total_steps: jax.Array, peak_lr: float,
-                         warmup_steps: int, decay_fraction: float) -> jax.Array:
-    """float32 []: linear warm-up to ``peak_lr`` over ``warmup_steps``, constant, then linear
-    decay to 0 over the last ``decay_fraction`` of ``total_steps`` (warm-up-stable-decay;
-    ``decay_fraction=1`` decays from the first step to the last)."""
+                         warmup_steps: int, decay_fraction: float, *,
+                         warmup_fraction: float = 0.0, power: float = 1.0) -> jax.Array:
+    """float32 []: warm-up-stable-decay. The rate rises linearly to ``peak_lr`` over ``W =
+    warmup_steps + warmup_fraction * total_steps`` steps (none: the first step at the peak),
+    stays there, then falls to 0 at
+    ``total_steps`` over its last ``decay_fraction`` (never starting before the warm-up ends:
+    ``decay_fraction=1`` decays from the peak at ``W`` to 0), linearly, or as ``power`` of the
+    remaining fraction. Every length follows ``total_steps``, which ``fit`` moves to where the
+    run ends (a time budget included), so warm-up and decay both fit the run."""
     step = jnp.asarray(count, jnp.float32)
     total = jnp.maximum(jnp.asarray(total_steps, jnp.float32), 1.0)
-    warm = jnp.minimum(1.0, step / max(warmup_steps, 1))
-    decay = jnp.clip((total - step) / jnp.maximum(decay_fraction * total, 1.0), 0.0, 1.0)
+    warmup = warmup_steps + warmup_fraction * total
+    warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.maximum(warmup, 1e-6)), 1.0)
+    length = jnp.maximum(jnp.minimum(decay_fraction * total, total - warmup), 1.0)
+    decay = jnp.clip((total - step) / length, 0.0, 1.0) ** power
     return peak_lr * jnp.minimum(warm, decay)
 
 
 def scale_by_budget_schedule(peak_lr: float, warmup_steps: int, total_steps: int,
-                             decay_fraction: float = 0.2) -> optax.GradientTransformation:
+                             decay_fraction: float = 0.2, *, warmup_fraction: float = 0.0,
+                             power: float = 1.0) -> optax.GradientTransformation:
     """Multiply updates by ``-budget_learning_rate(...)`` (use it as the last link, after e.g.
-    ``optax.scale_by_adam``). ``total_steps`` is the initial estimate; the value in the state
-    can be replaced between steps (``optax.tree_utils.tree_set(opt_state, total_steps=...)``,
-    which ``fit`` does to end the decay exactly when a time budget runs out) without
-    recompiling."""
+    ``optax.scale_by_adam``): the one schedule of every recipe that runs under a time budget.
+    ``total_steps`` is the initial estimate; the value in the state can be replaced between
+    steps (``optax.tree_utils.tree_set(opt_state, total_steps=...)``, which ``fit`` does to
+    end the decay exactly when a time budget runs out) without recompiling."""
     if not 0.0 < decay_fraction <= 1.0:
         raise ValueError(f"decay_fraction must be in (0, 1], got {decay_fraction}")
-    if total_steps < 1 or warmup_steps < 0:
-        raise ValueError(f"need total_steps >= 1 and warmup_steps >= 0, got {total_steps}, "
-                         f"{warmup_steps}")
+    if total_steps < 1 or warmup_steps < 0 or not 0.0 <= warmup_fraction < 1.0 or power <= 0:
+        raise ValueError(f"need total_steps >= 1, warmup_steps >= 0, 0 <= warmup_fraction < 1 "
+                         f"and power > 0, got {total_steps}, {warmup_steps}, {warmup_fraction}, "
+                         f"{power}")
 
     def init_fn(params: Any) -> BudgetScheduleState:
         del params
@@ -72,7 +82,7 @@ def scale_by_budget_schedule(peak_lr: float, warmup_steps: int, total_steps: int
     def update_fn(updates: Any, state: BudgetScheduleState, params: Any = None):
         del params
         lr = budget_learning_rate(state.count, state.total_steps, peak_lr, warmup_steps,
-                                  decay_fraction)
+                                  decay_fraction, warmup_fraction=warmup_fraction, power=power)
         updates = jax.tree_util.tree_map(lambda u: (-lr * u).astype(u.dtype), updates)
         return updates, BudgetScheduleState(state.count + 1, state.total_steps, lr)
 
