@@ -89,17 +89,24 @@ def _reason(error: Exception) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
+_OWN_WAIT = "Waiting for previous save to complete"
+"""Orbax's warning when a save waited over a second for the one before. Every textkit save
+waits for itself to finish (``save``), so saves never overlap: the wait Orbax reports is that
+one, counted again at the next save, and the line is dropped."""
+
+
 @contextlib.contextmanager
 def _held_orbax_errors() -> Iterator[list[logging.LogRecord]]:
     """Hold back the ERROR records (with their tracebacks) that Orbax's threads log while a save
-    runs; the caller turns a failed save into one error and replays them otherwise."""
+    runs; the caller turns a failed save into one error and replays them otherwise. Drops the
+    ``_OWN_WAIT`` warning."""
     held: list[logging.LogRecord] = []
 
     def hold(record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             held.append(record)
             return False
-        return True
+        return not str(record.msg).startswith(_OWN_WAIT)
 
     logger = logging.getLogger("absl")
     logger.addFilter(hold)
