@@ -16,6 +16,7 @@ from textkit.data import DataLoader, FixedBucketSampler
 from textkit.errors import TextkitError
 from textkit.precision import dynamic_loss_scale
 from textkit.training import (
+    CheckpointManager,
     FitConfig,
     RunDir,
     create_train_state,
@@ -159,10 +160,24 @@ def test_run_dir_refuses_reuse_without_resume_and_a_changed_config(tmp_path):
     manager.close()
     with pytest.raises(TextkitError, match="--resume"):
         run.open({"model": "a", "epochs": 1}, resume=False)
-    with pytest.raises(TextkitError, match="different"):
+    with pytest.raises(TextkitError, match=r"different \['model'\] \(\['a'\] there, \['b'\] now\): "
+                       r"to continue it, give the settings it was started with \(its "
+                       r"config.json\); to start a new run, give another --save-dir"):
         run.open({"model": "b", "epochs": 2}, resume=True, check=["model"])
     run.open({"model": "a", "epochs": 2}, resume=True, check=["model"])  # epochs may change
     assert json.loads(run.config_path.read_text())["epochs"] == 1      # written once
+
+
+def test_resume_without_a_checkpoint_says_it_starts_at_step_0(tmp_path):
+    """A run stopped before its first save (or never run) is resumed from scratch, saying so."""
+    state, step = start()
+    lines: list[str] = []
+    with CheckpointManager(tmp_path / "checkpoints") as manager:
+        result = fit(state, step, make_loader(), FitConfig(max_steps=2, resume=True),
+                     checkpoints=manager, log=lines.append)
+    assert result.progress.step == 2
+    assert any(line.startswith("--resume: no checkpoint in ") and "starts at step 0" in line
+               for line in lines)
 
 
 def test_run_dir_resumes_a_run_written_before_a_setting_existed(tmp_path):

@@ -298,8 +298,12 @@ def fit(
                  count_tokens, on_epoch_end, learning_rate,
                  log or (lambda message: main and tqdm.write(message)), writers)
     loop.place = place
-    if config.resume and checkpoints is not None and checkpoints.latest_step() is not None:
-        state = place(_restore(loop, state))
+    if config.resume and checkpoints is not None:
+        if checkpoints.latest_step() is not None:
+            state = place(_restore(loop, state))
+        else:
+            loop.log(f"--resume: no checkpoint in {checkpoints.directory} yet (the run stopped "
+                     "before its first save, or never ran): training starts at step 0")
     for writer in writers:
         writer.start(loop.progress.step)
     state = _plan_schedule(loop, state)

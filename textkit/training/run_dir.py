@@ -189,10 +189,13 @@ class RunDir:
             keys = set(old) | set(config) if check is None else set(check)
             changed = sorted(k for k in keys if old.get(k) != config.get(k))
             if changed:
+                advice = (f"to continue it, give the settings it was started with (its "
+                          f"{self.config_path.name}); to start a new run, give another "
+                          f"--save-dir (or, without --save-dir, leave out {reuse_flag})"
+                          ) if resume else "use another --save-dir"
                 raise RunDirError(f"{self.root} holds a run with different {changed} "
                                  f"({[old.get(k) for k in changed]} there, "
-                                 f"{[config.get(k) for k in changed]} now); use another "
-                                 "--save-dir")
+                                 f"{[config.get(k) for k in changed]} now): {advice}")
         used = ((self.checkpoints.is_dir() and any(self.checkpoints.iterdir()))
                 or self.summary_path.is_file())
         if used and not resume:
