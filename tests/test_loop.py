@@ -214,6 +214,13 @@ def test_budget_schedule_shape():
     assert lr[6:] == pytest.approx([0.8, 0.6, 0.4, 0.2, 0.0, 0.0])   # decay to 0 at 10
 
 
+def test_a_warm_up_longer_than_half_the_run_is_cut_to_half():
+    """200 warm-up steps in a run a time budget cuts to 40: the peak at step 20, 0 at 40."""
+    from textkit.training.schedules import budget_learning_rate
+    lr = [float(budget_learning_rate(s, 40, 1.0, 200, 0.2)) for s in (10, 20, 31, 36, 40)]
+    assert lr == pytest.approx([0.5, 1.0, 1.0, 0.5, 0.0])
+
+
 def test_warm_up_and_decay_follow_the_planned_end():
     """A recipe's warm-up fraction is of the steps the run will take (``fit`` moves
     ``total_steps`` there, e.g. from 50 epochs to what a time budget allows), not of its first

@@ -44,7 +44,8 @@ def budget_learning_rate(count: jax.Array, total_steps: jax.Array, peak_lr: floa
                          warmup_steps: int, decay_fraction: float, *,
                          warmup_fraction: float = 0.0, power: float = 1.0) -> jax.Array:
     """float32 []: warm-up-stable-decay. The rate rises linearly to ``peak_lr`` over ``W =
-    warmup_steps + warmup_fraction * total_steps`` steps (none: the first step at the peak),
+    warmup_steps + warmup_fraction * total_steps`` steps (none: the first step at the peak; at
+    most half the run, so a run cut short, e.g. by a time budget, still reaches the peak),
     stays there, then falls to 0 at
     ``total_steps`` over its last ``decay_fraction`` (never starting before the warm-up ends:
     ``decay_fraction=1`` decays from the peak at ``W`` to 0), linearly, or as ``power`` of the
@@ -52,7 +53,7 @@ def budget_learning_rate(count: jax.Array, total_steps: jax.Array, peak_lr: floa
     run ends (a time budget included), so warm-up and decay both fit the run."""
     step = jnp.asarray(count, jnp.float32)
     total = jnp.maximum(jnp.asarray(total_steps, jnp.float32), 1.0)
-    warmup = warmup_steps + warmup_fraction * total
+    warmup = jnp.minimum(warmup_steps + warmup_fraction * total, 0.5 * total)
     warm = jnp.where(warmup > 0, jnp.minimum(1.0, step / jnp.maximum(warmup, 1e-6)), 1.0)
     length = jnp.maximum(jnp.minimum(decay_fraction * total, total - warmup), 1.0)
     decay = jnp.clip((total - step) / length, 0.0, 1.0) ** power
