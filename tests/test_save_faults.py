@@ -6,8 +6,10 @@ and restorable; a step without its checksum file is never silently trusted."""
 from __future__ import annotations
 
 import errno
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +38,13 @@ def main():
 
 run_main(main)
 """
+
+
+# runs argv[2:] as a Python command line with a file-size limit of argv[1] bytes
+LIMITED = ("import os, resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+           "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), "
+           "resource.RLIM_INFINITY))\nos.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+LM = Path(__file__).resolve().parents[1] / "examples" / "language_model" / "train.py"
 
 
 def snapshot(directory):
@@ -108,3 +117,52 @@ def test_a_lone_step_without_checksums_is_read_in_full_with_a_warning(tmp_path):
     np.testing.assert_array_equal(np.asarray(state["w"]), np.arange(8.0))
     assert manager.all_steps() == [3]
     manager.close()
+
+
+@pytest.mark.slow
+def test_the_lm_recipe_on_a_full_disk_stops_cleanly_and_resumes(tmp_path):
+    """Epoch 1 saved; epoch 2 resumed with 200 kB files at most (curves.png and the logs fit,
+    the 1 MB checkpoint does not): one message, step 6 intact; then --resume finishes."""
+    run = tmp_path / "run"
+    args = [str(LM), "--model", "lstm_lm_tiny", "--model-overrides",
+            "embed_size=128,hidden_size=128", "--toy-sentences", "300", "--no-progress",
+            "--data-dir", str(tmp_path / "data"), "--save-dir", str(run)]
+    env = subprocesses.cpu_env(1)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)     # its files would meet the limit too
+
+    def recipe(*argv, limit=None):
+        prefix = ["-c", LIMITED, str(limit)] if limit else []
+        return subprocess.run([sys.executable, *prefix, *args, *argv], capture_output=True,
+                              text=True, env=env, timeout=300)
+
+    assert recipe("--epochs", "1").returncode == 0
+    step_6 = snapshot(run / "checkpoints")
+    full = recipe("--epochs", "2", "--resume", limit=200_000)
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert full.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot save step 12 in {run / 'checkpoints'}: File too large")
+    assert full.stderr.strip().endswith("the last verified checkpoint, step 6, is intact: "
+                                        "--resume continues from it")
+    assert snapshot(run / "checkpoints") == step_6              # nothing lost, nothing partial
+    resumed = recipe("--epochs", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from epoch 1, step 6" in resumed.stdout + resumed.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 12 and [h["epoch"] for h in summary["history"]] == [1, 2]
+
+
+def test_run_main_ends_a_refused_write_anywhere_with_one_line(capsys):
+    from textkit.cli import run_main
+
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device", "run/curves.png")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_main(full_disk)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: No space left on device: run/curves.png (a full disk, a quota or a read-only "
+        "directory?); the checkpoints saved before it are intact: --resume continues from the "
+        "last one\n")
+    with pytest.raises(FileNotFoundError):              # other OS errors keep their traceback
+        run_main(lambda: open("/nonexistent/file"))

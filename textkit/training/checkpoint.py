@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -77,6 +78,24 @@ class UnverifiedCheckpointError(CheckpointError):
     """A step without its checksum file: it cannot be verified by checksums."""
 
 
+def _drop_closed_loop_reports() -> None:
+    """When a save fails, the writes Orbax abandons still finish and call back into its closed
+    event loop, each printing a ``RuntimeError: Event loop is closed`` traceback (before the
+    save raises, or after): drop those reports (and only those) from ``sys.unraisablehook``,
+    installed once per process by the first save."""
+    previous = sys.unraisablehook
+    if getattr(previous, "textkit_drops_closed_loop", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.textkit_drops_closed_loop = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 def _reason(error: Exception) -> str:
     """A failed save's cause in a few words: the OS error when there is one."""
     if isinstance(error, OSError) and error.strerror:
@@ -108,6 +127,7 @@ def _held_orbax_errors() -> Iterator[list[logging.LogRecord]]:
             return False
         return not str(record.msg).startswith(_OWN_WAIT)
 
+    _drop_closed_loop_reports()
     logger = logging.getLogger("absl")
     logger.addFilter(hold)
     try:
