@@ -98,3 +98,26 @@ def test_an_unwritable_directory_is_named(tmp_path):
             RunDir.start(tmp_path, "unused", {}, resume=False)
     finally:
         tmp_path.chmod(0o700)
+
+
+@pytest.mark.slow
+def test_a_two_process_run_on_a_held_directory_stops_on_every_process(held_by_another):
+    """Process 0 finds the lock held; both processes stop with status 2 (none waits for the
+    other in a collective), and the directory's files are untouched."""
+    before = files(held_by_another)
+    port = subprocesses.free_port()
+    script = str(subprocesses.ROOT / "examples" / "language_model" / "train.py")
+    processes = [subprocess.Popen(
+        [sys.executable, script, "--model", "lstm_lm_tiny", "--toy-sentences", "60",
+         "--data-dir", str(held_by_another.parent / "data"), "--save-dir", str(held_by_another),
+         "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+        env=subprocesses.cpu_env(1), stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    assert [p.returncode for p in processes] == [2, 2], errors
+    assert "process 424242 on host otherhost" in errors[0]
+    assert "cannot be locked by process 0 of this run" in errors[1]
+    assert files(held_by_another) == before
