@@ -129,3 +129,17 @@ def test_a_damaged_token_store_is_named_and_rebuilt(tmp_path, damage, name, matc
         TokenStore(tmp_path / "s")
     assert issubclass(TokenStoreError, TextkitError)
     assert build()[2][1].tolist() == [ord("d"), ord("e")]
+
+
+def test_a_metrics_file_cut_by_a_killed_run_is_tolerated_on_resume(tmp_path):
+    from textkit.training.writers import JsonlWriter
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"kind": "train", "step": s, "epoch": 0, "wall_s": 1.0, "loss": 2.0} for s in (1, 2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"kind": "train", "st')
+    writer = JsonlWriter(path)
+    writer.start(2)                               # the resumed run's step
+    writer.write("train", 3, 0, {"loss": 1.5})
+    writer.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2, 3]
