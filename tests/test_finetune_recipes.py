@@ -169,7 +169,8 @@ def test_ner_exports_its_tag_set_and_tags_new_sentences(tmp_path):
                     "--save-dir", str(tmp_path / "predict"), "--max-length", "48"])
     tagged = Path(out["predictions"]).read_text().split("\n\n")
     assert out["count"] == 2 and tagged[1].splitlines()[1].split("\t")[0] == "paris"
-    assert all(line.split("\t")[1] in tags for block in tagged for line in block.splitlines())
+    lines = [line.split("\t") for block in tagged for line in block.splitlines()]
+    assert all(tag in tags and 0 < float(probability) <= 1 for _, probability, tag in lines)
 
 
 # ------------------------------------------------------------------------------- bad input
