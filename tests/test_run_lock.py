@@ -121,3 +121,20 @@ def test_a_two_process_run_on_a_held_directory_stops_on_every_process(held_by_an
     assert "process 424242 on host otherhost" in errors[0]
     assert "cannot be locked by process 0 of this run" in errors[1]
     assert files(held_by_another) == before
+
+
+def test_a_run_refused_after_taking_the_lock_leaves_the_directory_as_it_was(tmp_path):
+    first = RunDir.start(tmp_path, "unused", {"seed": 1}, resume=False)
+    first.lock.release()
+    (tmp_path / "summary.json").write_text("{}")            # a finished run
+    (tmp_path / LOCK_NAME).write_text("1 earlierhost\n")      # its lock file, left behind
+    before = files(tmp_path)
+    with pytest.raises(RunDirError, match="different"):
+        RunDir.start(tmp_path, "unused", {"seed": 2}, resume=True)
+    with pytest.raises(RunDirError, match="already holds a run"):
+        RunDir.start(tmp_path, "unused", {"seed": 1}, resume=False)
+    assert files(tmp_path) == before
+    (tmp_path / LOCK_NAME).unlink()
+    with pytest.raises(RunDirError, match="already holds a run"):
+        RunDir.start(tmp_path, "unused", {"seed": 1}, resume=False)
+    assert LOCK_NAME not in files(tmp_path)                  # none left where none was

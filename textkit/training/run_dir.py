@@ -145,7 +145,12 @@ class RunDir:
         the run goes."""
         root = run_directory(save_dir, runs_folder, resume=resume)
         run = cls(root, main_process=main_process, lock=_lock(root, main_process))
-        run.open(config, resume=resume, check=check, reuse_flag=reuse_flag, added=added)
+        try:
+            run.open(config, resume=resume, check=check, reuse_flag=reuse_flag, added=added)
+        except BaseException:
+            if run.lock is not None:
+                run.lock.abandon()        # a refused run leaves the directory as it was
+            raise
         if save_dir is None and main_process and not resume:
             _link_latest(root)
         run.log(f"run directory: {root}")

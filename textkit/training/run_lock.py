@@ -7,6 +7,8 @@ belongs to the run: process 0 takes it for every process (``RunDir.start``).
 
 Within one process a directory may be opened again (a recipe called twice, as tests do): the
 second holder shares the first one's descriptor, and the lock goes when the last holder does.
+A run refused after taking the lock (``abandon``: other settings, a finished run) puts the lock
+file back as it found it, so a refused run leaves the directory byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ LOCK_NAME = ".lock"
 """The lock file inside a run directory."""
 
 _held: dict[Path, tuple[int, int]] = {}   # resolved lock path -> (descriptor, holders)
+_found: dict[Path, bytes | None] = {}     # the lock file's bytes before we took it (None: new)
 _guard = threading.Lock()
 
 
@@ -46,7 +49,9 @@ def _holder(fd: int) -> str:
 
 
 def _acquire(path: Path) -> int:
-    """A descriptor of ``path`` holding its exclusive lock, with our pid written in."""
+    """A descriptor of ``path`` holding its exclusive lock, with our pid written in (what was
+    there before goes to ``_found``)."""
+    existed = path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as err:
@@ -63,19 +68,28 @@ def _acquire(path: Path) -> int:
     except OSError:
         os.close(fd)
         raise
+    _found[path] = os.pread(fd, 4096, 0) if existed else None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     return fd
 
 
-def _release(path: Path) -> None:
+def _release(path: Path, restore: bool = False) -> None:
+    """One holder fewer; the last one closes the descriptor (which drops the flock; the file
+    stays, harmless, see above), with ``restore`` first putting the file back as found."""
     with _guard:
         fd, holders = _held[path]
         if holders > 1:
             _held[path] = (fd, holders - 1)
             return
         del _held[path]
-    os.close(fd)            # closing drops the flock; the file stays (harmless, see above)
+        found = _found.pop(path, None)
+        if restore and found is None:
+            path.unlink(missing_ok=True)
+        elif restore:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, found, 0)
+    os.close(fd)
 
 
 class RunLock:
@@ -100,3 +114,9 @@ class RunLock:
     def release(self) -> None:
         """Give the lock up (a no-op the second time)."""
         self._finalizer()
+
+    def abandon(self) -> None:
+        """Give the lock up, putting the lock file back as this process found it (a run
+        refused at start-up); a no-op after ``release``."""
+        if self._finalizer.detach() is not None:
+            _release(self.path, restore=True)
