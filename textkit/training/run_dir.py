@@ -7,6 +7,7 @@
     <root>/checkpoints/    Orbax steps (TrainState + JSON extra: loop progress, sampler state)
     <root>/final/          the parameters that were evaluated on the test set
     <root>/summary.json    one schema for every task (see ``summary``)
+    <root>/.lock           the lock of the process that runs it (``run_lock``: its pid, host)
 
 A directory belongs to one run at a time: ``start`` takes ``<root>/.lock`` (``run_lock``) before
 any file is read or written, and a second process on it is refused naming the holder's pid.
