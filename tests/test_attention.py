@@ -248,3 +248,48 @@ def test_dropout_module_deterministic_is_identity_and_keeps_dtype():
     out = module.apply({}, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(0)})
     assert out.dtype == jnp.bfloat16
     assert set(np.unique(np.asarray(out, np.float32))) == {0.0, 4.0}
+
+
+def _mixed_attention_output(mask, fused: bool, monkeypatch):
+    """A bf16 self-attention layer's output on fixed inputs, the fused path forced (on CPU it
+    runs ``jax.nn.dot_product_attention``'s XLA implementation) or the general one."""
+    from textkit.models import attention
+
+    monkeypatch.setattr(attention, "FUSED_BACKENDS", ("cpu",) if fused else ())
+    layer = MultiHeadAttention(num_heads=4, d_model=32, policy=Policy.parse("mixed_bfloat16"))
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 32))
+    params = layer.init(jax.random.PRNGKey(1), x, mask)
+    calls = []
+    real = jax.nn.dot_product_attention
+    monkeypatch.setattr(jax.nn, "dot_product_attention",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = layer.apply(params, x, mask)
+    assert bool(calls) == fused
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("kind", ["padding", "causal", "padding_and_causal"])
+def test_fused_attention_equals_the_general_path(kind, monkeypatch):
+    tokens = jnp.asarray([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 10]])
+    pad, causal = padding_mask(tokens, 0), causal_mask(6)
+    mask = {"padding": pad, "causal": causal, "padding_and_causal": pad & causal}[kind]
+    general = _mixed_attention_output(mask, False, monkeypatch)
+    fused = _mixed_attention_output(mask, True, monkeypatch)
+    np.testing.assert_allclose(fused, general, atol=3e-2, rtol=3e-2)
+
+
+def test_fused_attention_rule():
+    """Only 16-bit keys on a fused backend, several queries, no bias, no dropout, heads-major
+    keys; XLA:CPU (the test machine) keeps the general path."""
+    from textkit.models.attention import fused_attention_applies
+
+    q, k = jnp.zeros((1, 2, 4, 8)), jnp.zeros((1, 2, 4, 8), jnp.bfloat16)
+    rule = dict(bias=None, depth_major_key=False, dropping=False)
+    assert fused_attention_applies(q, k, **rule) is (jax.default_backend() == "gpu")
+    with mock.patch("textkit.models.attention.FUSED_BACKENDS", (jax.default_backend(),)):
+        assert fused_attention_applies(q, k, **rule)
+        assert not fused_attention_applies(q, k.astype(jnp.float32), **rule)
+        assert not fused_attention_applies(q[:, :, :1], k, **rule)
+        assert not fused_attention_applies(q, k, **{**rule, "dropping": True})
+        assert not fused_attention_applies(q, k, **{**rule, "depth_major_key": True})
+        assert not fused_attention_applies(q, k, **{**rule, "bias": jnp.zeros((1, 2, 4, 4))})

@@ -1,5 +1,6 @@
 """Freed host memory kept for reuse: a program's second call faults no new pages in."""
 
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -7,7 +8,8 @@ import sys
 
 import pytest
 
-from textkit.host_memory import keep_freed_memory
+from textkit import host_memory
+from textkit.host_memory import accelerator_expected, keep_freed_memory
 
 # The gradient of a three-layer MLP on 4096 x 512 activations (about 50 MiB of temporaries),
 # called 20 times after 3 warm-up calls; prints the median of the page faults per call (the
@@ -52,3 +54,17 @@ def test_opt_out_and_other_platforms_leave_malloc_alone(monkeypatch):
     monkeypatch.delenv("TEXTKIT_KEEP_FREED_MEMORY")
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     assert keep_freed_memory() is False
+
+
+def test_an_expected_accelerator_leaves_malloc_alone(monkeypatch):
+    """Decided from the environment and the installed plugins, before JAX starts a client."""
+    monkeypatch.delenv("JAX_PLATFORM_NAME", raising=False)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+    assert accelerator_expected() is True
+    assert keep_freed_memory() is False
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert accelerator_expected() is False
+    monkeypatch.delenv("JAX_PLATFORMS")
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: ["cuda12"] if group == "jax_plugins" else [])
+    assert host_memory.accelerator_expected() is True

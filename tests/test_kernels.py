@@ -285,3 +285,11 @@ def test_translator_batches_have_no_dummy_rows(transformer):
     assert {rows for rows, _, _ in translator.compiled_shapes} <= {8, 4, 2, 1}
     with pytest.raises(ValueError, match="batch_tokens"):
         Translator(model, IdTokenizer(), IdTokenizer(), batch_tokens=0)
+
+
+def test_int8_decoding_is_refused_off_the_cpu(transformer, monkeypatch):
+    """On a GPU the message says to use bfloat16; nothing is quantized."""
+    model, _ = transformer
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ValueError, match="mixed_bfloat16"):
+        Translator(model, IdTokenizer(), IdTokenizer(), quantize="int8")

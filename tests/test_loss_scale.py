@@ -209,3 +209,10 @@ def test_mixed_float16_with_dynamic_scaling_matches_float32():
     print(f"float32 {loss32:.4f}, mixed_float16 {loss16:.4f}, scales {sorted(set(scales))}")
     assert loss32 < 1.5  # it learned (uniform guessing is ln 32 = 3.47)
     assert abs(loss16 - loss32) <= 0.05 * loss32, (loss16, loss32)
+
+
+def test_skip_is_a_select_not_a_conditional():
+    """The step is one straight-line program: no ``cond`` for XLA:GPU to sync the host on."""
+    params = _params()
+    jaxpr = jax.make_jaxpr(lambda g, s: _OPT.update(g, s, params))(_grads(), _OPT.init(params))
+    assert "cond" not in {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}

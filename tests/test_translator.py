@@ -82,6 +82,19 @@ def test_copy_model_round_trips_in_input_order(tokenizer):
     assert translator.translate({}, []) == []
 
 
+def test_next_batch_is_dispatched_before_the_last_one_is_read(tokenizer, monkeypatch):
+    """The host prepares and dispatches batch n+1 while batch n runs; results keep input order."""
+    model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
+    translator = Translator(model, tokenizer, tokenizer, beam_size=2, batch_size=4)
+    events = []
+    dispatch, collect = translator._dispatch_group, translator._collect
+    monkeypatch.setattr(translator, "_dispatch_group",
+                        lambda *a: events.append("dispatch") or dispatch(*a))
+    monkeypatch.setattr(translator, "_collect", lambda *a: events.append("read") or collect(*a))
+    assert translator.translate({}, SENTENCES) == SENTENCES
+    assert events[:3] == ["dispatch", "dispatch", "read"] and events[-2:] == ["read", "read"]
+
+
 def test_max_length_caps_each_sentence(tokenizer):
     model = CopyModel(len(tokenizer), tokenizer.pad_id, tokenizer.eos_id)
     translator = Translator(model, tokenizer, tokenizer, beam_size=1, batch_size=4,

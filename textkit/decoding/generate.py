@@ -264,6 +264,9 @@ class Generator:
                  batch_size: int = 16, truncate: bool = False, quantize: str | None = None):
         if quantize not in (None, "int8"):
             raise ValueError(f"quantize={quantize!r}; expected None or 'int8'")
+        if quantize == "int8":
+            from textkit.models.kernels import require_int8_backend
+            require_int8_backend()
         self.model, self.tokenizer = model, tokenizer
         self.quantize = quantize
         self._quantized: tuple[PyTree, PyTree] | None = None

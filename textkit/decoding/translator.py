@@ -186,6 +186,9 @@ class Translator:
             raise ValueError(f"batch_tokens must be >= 1 or None; got {batch_tokens}")
         if quantize not in QUANTIZE_MODES:
             raise ValueError(f"quantize={quantize!r}; expected one of {QUANTIZE_MODES}")
+        if quantize == "int8":
+            from textkit.models.kernels import require_int8_backend
+            require_int8_backend()
         if on_long_source not in LONG_SOURCE_POLICIES:
             raise ValueError(f"on_long_source={on_long_source!r}; expected one of "
                              f"{LONG_SOURCE_POLICIES}")
@@ -253,11 +256,16 @@ class Translator:
         results: list[list[int]] = [[] for _ in sources]
         groups = self.batch_groups([len(sources[i]) for i in order])
         groups = [order[start:stop] for start, stop in groups]
+        pending: tuple[list[int], Any] | None = None
         for group in tqdm(groups, desc="translating", unit="batch", disable=not progress):
-            hypotheses = self._translate_group(self._decoding_params(params, len(group)),
-                                               [sources[i] for i in group])
-            for index, hypothesis in zip(group, hypotheses):
-                results[index] = hypothesis
+            # Batch n+1 is prepared and dispatched before batch n's output is read back.
+            out = self._dispatch_group(self._decoding_params(params, len(group)),
+                                       [sources[i] for i in group])
+            if pending is not None:
+                self._collect(*pending, results)
+            pending = (group, out)
+        if pending is not None:
+            self._collect(*pending, results)
         if progress:
             print(f"translated {len(sources)} sentences in {len(groups)} batches, "
                   f"{len(self.compiled_shapes)} batch shapes")
@@ -369,8 +377,9 @@ class Translator:
             length = int(self.max_length)
         return length if self.max_positions is None else min(length, self.max_positions)
 
-    def _translate_group(self, params: PyTree, group: list[list[int]]) -> list[list[int]]:
-        """Decode one group of sources (``batch_groups``) as one batch of ``len(group)`` rows."""
+    def _dispatch_group(self, params: PyTree, group: list[list[int]]) -> Any:
+        """Start decoding one group of sources (``batch_groups``) as one batch of
+        ``len(group)`` rows; returns the search output on the device (not waited for)."""
         src_length = self._padded_length(max(len(s) for s in group))
         max_length = self._output_length(src_length)
         src_tokens = np.full((len(group), src_length), self.src_pad_id, np.int32)
@@ -379,18 +388,20 @@ class Translator:
             src_tokens[row, :len(source)] = source
             caps[row] = min(self._output_length(len(source)), max_length)
         self.compiled_shapes.add((len(group), src_length, max_length))
-        out = encode_and_search(
+        return encode_and_search(
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
             jnp.float32(self.alpha), jnp.float32(self.length_offset), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
             hf_compatible=self.hf_compatible, grow_cache=self.grow_cache)
+
+    def _collect(self, group: list[int], out: Any, results: list[list[int]]) -> None:
+        """Read one dispatched group's best hypotheses back into ``results`` (final EOS
+        removed) at the sources' indices ``group``."""
         tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
-        hypotheses = []
-        for row in range(len(group)):
+        for row, index in enumerate(group):
             ids = tokens[row, :lengths[row]].tolist()
-            hypotheses.append(ids[:-1] if ids and ids[-1] == self.eos_id else ids)
-        return hypotheses
+            results[index] = ids[:-1] if ids and ids[-1] == self.eos_id else ids
 
 
 def _special(tokenizer: Tokenizer, name: str, side: str) -> int:

@@ -2,9 +2,10 @@
 
 Masks are boolean and broadcastable to [B, heads, queries, keys] (True = may attend). The
 projections are compute-dtype matmuls with float32 results; the score and value products run in
-float32 (see ``dot_product_attention``); scores are masked with a finite fill
-(``textkit.precision.mask_value(float32)``, so an all-masked dummy row gives a uniform
-distribution, never NaN) and soft-maxed in float32.
+float32 (see ``dot_product_attention``; 16-bit attention on a GPU takes the fused
+``jax.nn.dot_product_attention`` instead, by the rule of ``fused_attention_applies``); scores
+are masked with a finite fill (``textkit.precision.mask_value(float32)``, so an all-masked
+dummy row gives a uniform distribution, never NaN) and soft-maxed in float32.
 
 Keys and values are kept heads-major so that the score and value products are plain batched
 matmuls over (B, H): a one-token decoding step then reads the cache in place instead of
@@ -161,20 +162,58 @@ def disentangled_bias(query: Array, key: Array, pos_query: Array | None, pos_key
     return bias * scale
 
 
+FUSED_BACKENDS = ("gpu",)
+"""Backends whose 16-bit attention goes through ``jax.nn.dot_product_attention`` (cuDNN's fused
+kernel where it applies); XLA:CPU keeps the explicit float32 path, which it runs faster."""
+
+
+def fused_attention_applies(query: Array, key: Array, *, bias: Array | None,
+                            depth_major_key: bool, dropping: bool) -> bool:
+    """The declared rule for the fused path: a backend of ``FUSED_BACKENDS``, keys and values in
+    a 16-bit compute dtype, more than one query (one-query decoding steps read a cache whose
+    scores are one row), heads-major keys, no additive score bias (DeBERTa's relative terms)
+    and no attention dropout."""
+    return (jax.default_backend() in FUSED_BACKENDS
+            and key.dtype in (jnp.bfloat16, jnp.float16) and query.shape[2] > 1
+            and bias is None and not depth_major_key and not dropping)
+
+
+def fused_attention(query: Array, key: Array, value: Array, mask: Array | None,
+                    scale: float) -> Array:
+    """``jax.nn.dot_product_attention`` on heads-major inputs: query [B, H, Q, Dh], key and
+    value [B, H, K, Dh] in the compute dtype, mask bool broadcastable to [B, H, Q, K] ->
+    float32 [B, H, Q, Dh]. Scores are ``q . k * scale / sqrt(Dh)``; the softmax runs in float32
+    inside the kernel."""
+    dtype = key.dtype
+    depth = query.shape[-1]
+    out = jax.nn.dot_product_attention(
+        jnp.swapaxes(query, 1, 2).astype(dtype), jnp.swapaxes(key, 1, 2),    # [B, Q|K, H, Dh]
+        jnp.swapaxes(value, 1, 2).astype(dtype), mask=mask,
+        scale=float(scale * depth ** -0.5))                                  # [B, Q, H, Dh]
+    return jnp.swapaxes(out, 1, 2).astype(jnp.float32)                      # [B, H, Q, Dh]
+
+
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
                           depth_major_key: bool = False, dropout_rate: float = 0.0,
                           dropout_rng: Array | None = None, deterministic: bool = True,
                           scale: float = 1.0, bias: Array | None = None) -> Array:
-    """Scaled dot-product attention, computed in float32, heads-major.
+    """Scaled dot-product attention, heads-major.
 
     query [B, H, Q, Dh], key [B, H, K, Dh] (``depth_major_key``: [B, H, Dh, K]), value
     [B, H, K, Dh] (any float dtype; projections arrive from compute-dtype matmuls), mask bool
     broadcastable to [B, H, Q, K] or None -> float32 [B, H, Q, Dh]. Scores are
     ``q . k * scale / sqrt(Dh)`` plus ``bias`` (float32 broadcastable to [B, H, Q, K], e.g.
-    ``disentangled_bias``). The two batched products run in float32 on purpose: a bf16 result
-    would round the scores before the softmax. They are a small share of the FLOPs at
-    translation lengths (4*T*d per token against 24*d^2).
+    ``disentangled_bias``).
+
+    Where ``fused_attention_applies`` (16-bit keys on a GPU), ``fused_attention`` computes it
+    without materialising the scores. Elsewhere the two batched products run in float32 on
+    purpose: a bf16 result would round the scores before the softmax. They are a small share
+    of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
     """
+    dropping = not deterministic and dropout_rate > 0.0
+    if fused_attention_applies(query, key, bias=bias, depth_major_key=depth_major_key,
+                               dropping=dropping):
+        return fused_attention(query, key, value, mask, scale)
     depth = query.shape[-1]
     query = query.astype(jnp.float32) * np.float32(scale * depth ** -0.5)
     spec = "bhqd,bhdk->bhqk" if depth_major_key else "bhqd,bhkd->bhqk"
@@ -184,7 +223,7 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
     if mask is not None:
         scores = jnp.where(mask, scores, np.float32(mask_value(jnp.float32)))
     probs = jax.nn.softmax(scores, axis=-1)
-    if not deterministic and dropout_rate > 0.0:
+    if dropping:
         probs = dropout(probs, dropout_rate, dropout_rng)
     return jnp.einsum("bhqk,bhkd->bhqd", probs, value.astype(jnp.float32))
 

@@ -161,6 +161,15 @@ BF16_CARRIER_MIN_ROWS = 48
 faster as bfloat16 (``int8_carrier``); ``benchmarks/int8_dot.py`` measures the crossover."""
 
 
+def require_int8_backend() -> None:
+    """Refuse ``quantize="int8"`` off the CPU: the int8 products are XLA:CPU's (int8 or
+    bfloat16 carriers); on a GPU or TPU a bfloat16 policy is the fast inference path."""
+    backend = jax.default_backend()
+    if backend != "cpu":
+        raise ValueError(f"quantize='int8' is CPU inference and JAX runs on {backend!r}: use "
+                         f"a bfloat16 policy there (precision 'mixed_bfloat16') instead")
+
+
 def int8_carrier(rows: int) -> Any:
     """The dtype that holds int8 weight values for the fastest product with ``rows`` input rows
     (``quantize_int8``'s ``carrier``): bfloat16 on XLA:CPU with bf16 dot instructions

@@ -99,15 +99,12 @@ def dynamic_loss_scale(
         grads = _unscale(updates, scale)
         finite = all_finite(grads)
 
-        def apply_inner(_):
-            return inner.update(grads, state.inner_state, params, **extra_args)
-
-        def skip(_):
-            shapes, _ = jax.eval_shape(apply_inner, None)
-            zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            return zeros, state.inner_state
-
-        new_updates, new_inner_state = jax.lax.cond(finite, apply_inner, skip, None)
+        # Both branches computed and one selected (no lax.cond): a conditional on a device
+        # value can cost XLA:GPU a host round trip per step; the skipped update is zeros.
+        updates, inner_state = inner.update(grads, state.inner_state, params, **extra_args)
+        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        new_updates = jax.tree_util.tree_map(lambda u: keep(u, jnp.zeros_like(u)), updates)
+        new_inner_state = jax.tree_util.tree_map(keep, inner_state, state.inner_state)
 
         good_steps = state.good_steps.astype(jnp.float32) + 1.0
         grow = good_steps >= growth_interval

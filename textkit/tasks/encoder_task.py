@@ -400,15 +400,22 @@ class EncoderTask(Task):
                     loader: DataLoader) -> Iterator[tuple[dict[str, np.ndarray],
                                                           dict[str, np.ndarray]]]:
         """``(batch, outputs)`` per batch: the head's float32 outputs (inference mode, one
-        compiled program per bucket shape) beside the batch's numpy arrays."""
+        compiled program per bucket shape) beside the batch's numpy arrays. Batch n+1 is
+        dispatched before batch n's outputs are read back to the host."""
         if id(model) not in self._predict_fns:
             self._predict_fns[id(model)] = jax.jit(
                 lambda params, inputs: model.apply({"params": params}, **inputs))
         forward = self._predict_fns[id(model)]
+        host = lambda outputs: {k: np.asarray(v, np.float32)  # noqa: E731
+                                for k, v in outputs.items() if k != "hidden_states"}
+        pending = None
         for batch in loader:
             outputs = forward(params, model_inputs(batch))
-            yield batch, {k: np.asarray(v, np.float32) for k, v in outputs.items()
-                          if k != "hidden_states"}
+            if pending is not None:
+                yield pending[0], host(pending[1])
+            pending = (batch, outputs)
+        if pending is not None:
+            yield pending[0], host(pending[1])
 
     @staticmethod
     def count_tokens(metrics: Mapping[str, Any]) -> Any:
