@@ -100,6 +100,16 @@ def test_fit_compiles_every_bucket_shape_before_the_first_step():
     assert result.num_compiles == 3 and result.progress.step == 2 * len(loader)
     np.testing.assert_allclose(float(result.state.params["w"][0]), 1.0, atol=0.05)
 
+    # Two steps cannot reach three shapes: only the shapes the run meets are compiled, and
+    # the steps that compiled them are compilation, not training throughput.
+    step = make_train_step(sum_loss, optimizer, donate=False)
+    messages = []
+    short = fit(state, step, loader, FitConfig(max_steps=2, log_every=100), log=messages.append)
+    assert "2 steps left for 3 batch shapes" in messages[0]
+    assert short.num_compiles in (1, 2)
+    if short.num_compiles == 2:
+        assert short.progress.compile_tokens == short.progress.tokens
+
 
 def test_fit_stops_on_a_non_finite_loss_naming_the_step():
     state, step = start()

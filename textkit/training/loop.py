@@ -146,6 +146,7 @@ class _Loop:
     out_of_time: bool = False
     compiled: bool = False     # the first step (trace + compile) has been timed
     rate_origin: tuple[int, float] | None = None   # (step, training seconds) after compiling
+    shapes: set[tuple] = dataclasses.field(default_factory=set)  # batch shapes compiled for
     window_stats: dict[str, float] = dataclasses.field(default_factory=dict)
     place: Callable[[Any], Any] = lambda state: state
 
@@ -330,13 +331,26 @@ def fit(
 def _precompile(loop: _Loop, state: Any) -> None:
     """Compile the train step for every batch shape of the loader (``shape_batches``) at once,
     as training time (and in ``compile_s``, which runs to the end of the first step), before
-    the first step."""
+    the first step; a run with fewer steps left than shapes cannot reach them all and compiles
+    each shape when it first meets it instead (``_run_epoch`` times those steps as
+    compilation)."""
     batches = getattr(loop.loader, "shape_batches", lambda: [])()
-    if len(batches) > 1:
+    remaining = loop.total_steps - loop.progress.step
+    if len(batches) > 1 and remaining >= len(batches):
         start = time.perf_counter()
-        loop.train_step.precompile(state, [loop.to_device(batch) for batch in batches])
+        placed = [loop.to_device(batch) for batch in batches]
+        loop.train_step.precompile(state, placed)
+        loop.shapes.update(_batch_shape(batch) for batch in placed)
         loop.log(f"compiled the train step for {len(batches)} batch shapes in "
                  f"{time.perf_counter() - start:.1f}s")
+    elif len(batches) > 1:
+        loop.log(f"{remaining} steps left for {len(batches)} batch shapes: each shape is "
+                 "compiled when the run first meets it")
+
+
+def _batch_shape(batch: Any) -> tuple:
+    """The shapes of a batch's arrays (what a compiled step is specialised to)."""
+    return tuple(getattr(leaf, "shape", None) for leaf in jax.tree_util.tree_leaves(batch))
 
 
 def _restore(loop: _Loop, state: Any) -> Any:
@@ -357,15 +371,26 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
     carry = loop.initial_carry() if loop.initial_carry is not None else None
     for batch in loop.loader:
         progress.data_crc32 = _crc32(batch, progress.data_crc32)
+        placed = loop.to_device(batch)
+        shape = _batch_shape(placed)
+        compiling = loop.compiled and shape not in loop.shapes   # a shape met after the first
+        loop.shapes.add(shape)
+        if compiling:
+            jax.block_until_ready(state)
+            compile_start = time.perf_counter()
         if loop.initial_carry is not None:
-            state, carry, metrics = loop.train_step(state, loop.to_device(batch), carry)
+            state, carry, metrics = loop.train_step(state, placed, carry)
         else:
-            state, metrics = loop.train_step(state, loop.to_device(batch))
+            state, metrics = loop.train_step(state, placed)
         progress.step += 1
         progress.position += 1
         tokens = loop.count_tokens(metrics)
         loop.window.append((progress.step, metrics, tokens))
         bar.update(1)
+        if compiling:   # its compilation is not training throughput
+            jax.block_until_ready(metrics["loss"])
+            progress.compile_s += time.perf_counter() - compile_start
+            progress.compile_tokens += float(np.asarray(jax.device_get(tokens)))
         if not loop.compiled:
             jax.block_until_ready(metrics["loss"])
             progress.compile_s += time.perf_counter() - loop.segment_start
