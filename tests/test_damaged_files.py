@@ -143,3 +143,26 @@ def test_a_metrics_file_cut_by_a_killed_run_is_tolerated_on_resume(tmp_path):
     writer.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("family,key,value,expected", [
+    ("bert", "hidden_size", "768", "an integer"),
+    ("bert", "layer_norm_eps", None, None),
+    ("llama", "num_key_value_heads", 2.5, "an integer"),
+    ("gpt2", "n_embd", [64], "an integer"),
+    ("llama", "rms_norm_eps", "1e-6", "a number"),
+])
+def test_a_model_config_value_of_the_wrong_type_is_named(tmp_path, family, key, value,
+                                                         expected):
+    from textkit.pretrained.decoders import decoder_config
+    from textkit.pretrained.encoders import encoder_config
+
+    build = encoder_config if family == "bert" else decoder_config
+    config = {"model_type": family, key: value}
+    if expected is None:                    # null is "not set": the missing keys are named
+        with pytest.raises(PretrainedError, match="missing the key"):
+            build(config, tmp_path)
+        return
+    with pytest.raises(PretrainedError, match=rf"{tmp_path / 'config.json'}: {key} is "
+                       rf".*, expected {expected}"):
+        build(config, tmp_path)

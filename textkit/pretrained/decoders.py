@@ -33,7 +33,13 @@ from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.decoder_lm import ROPE_TYPES, DecoderLM, DecoderLMConfig
 from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
-from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
+from textkit.pretrained.files import (
+    CONFIG_TYPES,
+    check_types,
+    read_tensors,
+    unsupported,
+    write_tensors_file,
+)
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
@@ -143,8 +149,10 @@ def decoder_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
                    **overrides: Any) -> DecoderLMConfig:
     """``DecoderLMConfig`` of a decoder-only ``config.json`` dict; ``overrides`` (e.g.
     ``policy``, ``dropout``) replace fields. ``UnsupportedArchitectureError`` names the first
-    option textkit does not implement; a missing key is a ``PretrainedError`` naming it."""
+    option textkit does not implement; a missing key, or a size or rate of the wrong type, is a
+    ``PretrainedError`` naming it."""
     root = Path(root)
+    check_types(root / "config.json", hf, CONFIG_TYPES)
     family = hf["model_type"]
     architectures = hf.get("architectures") or [ARCHITECTURES[family]]
     if architectures[0] != ARCHITECTURES[family]:

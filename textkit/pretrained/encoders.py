@@ -47,7 +47,13 @@ from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
-from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
+from textkit.pretrained.files import (
+    CONFIG_TYPES,
+    check_types,
+    read_tensors,
+    unsupported,
+    write_tensors_file,
+)
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
@@ -98,7 +104,9 @@ def encoder_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
                    **overrides: Any) -> EncoderConfig:
     """``EncoderConfig`` of an encoder ``config.json`` dict (``UnsupportedArchitectureError``
     names the first option textkit does not implement; a missing key is a
-    ``PretrainedError`` naming it); ``overrides`` replace fields."""
+    ``PretrainedError`` naming it, and so is a size or rate of the wrong type); ``overrides``
+    replace fields."""
+    check_types(Path(root) / "config.json", hf, CONFIG_TYPES)
     try:
         return _encoder_config(hf, Path(root), overrides)
     except KeyError as err:

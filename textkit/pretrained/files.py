@@ -20,8 +20,8 @@ from textkit.pretrained.errors import (
     UnsupportedArchitectureError,
 )
 
-__all__ = ["GENERATION_TYPES", "TOKENIZER_TYPES", "Expected", "check_types", "read_config",
-           "read_json_object", "read_settings", "read_tensors", "unsupported",
+__all__ = ["CONFIG_TYPES", "GENERATION_TYPES", "TOKENIZER_TYPES", "Expected", "check_types",
+           "read_config", "read_json_object", "read_settings", "read_tensors", "unsupported",
            "write_tensors_file"]
 
 LAYOUT = "config.json, model.safetensors and the tokenizer's files"
@@ -93,6 +93,19 @@ GENERATION_TYPES: dict[str, Expected] = {
     **dict.fromkeys(("eos_token_id", "forced_eos_token_id"), IDS),
 }
 """The ``generation_config.json`` keys textkit reads, by what they hold (null: not set)."""
+
+
+CONFIG_TYPES: dict[str, Expected] = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "intermediate_size", "max_position_embeddings",
+                     "type_vocab_size", "head_dim", "dim", "n_layers", "n_heads", "hidden_dim",
+                     "n_embd", "n_layer", "n_head", "n_positions", "n_inner",
+                     "sliding_window"), INT),
+    **dict.fromkeys(("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta",
+                     "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
+                     "attention_dropout"), NUMBER),
+}
+"""The sizes and rates of a model ``config.json`` that textkit reads, by what they hold."""
 
 
 def check_types(path: Path, settings: Mapping[str, Any], types: Mapping[str, Expected]) -> None:
