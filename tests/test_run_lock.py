@@ -89,15 +89,23 @@ def test_a_lock_left_by_a_killed_process_never_blocks(tmp_path):
     RunLock(tmp_path).release()
 
 
-def test_an_unwritable_directory_is_named(tmp_path):
-    tmp_path.chmod(0o500)
-    try:
-        if os.access(tmp_path, os.W_OK):
-            pytest.skip("running as a user who may write anywhere")
-        with pytest.raises(RunDirError, match=f"lock file {tmp_path / LOCK_NAME}"):
-            RunDir.start(tmp_path, "unused", {}, resume=False)
-    finally:
-        tmp_path.chmod(0o700)
+def test_an_unwritable_directory_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    import errno
+
+    from textkit.training import run_lock
+
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(LOCK_NAME):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(run_lock.os, "open", read_only)
+    with pytest.raises(RunDirError, match=rf"cannot write the lock file {tmp_path / LOCK_NAME} "
+                       r"of run directory .* \(Read-only file system\)"):
+        RunDir.start(tmp_path, "unused", {}, resume=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
