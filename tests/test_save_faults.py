@@ -166,3 +166,21 @@ def test_run_main_ends_a_refused_write_anywhere_with_one_line(capsys):
         "last one\n")
     with pytest.raises(FileNotFoundError):              # other OS errors keep their traceback
         run_main(lambda: open("/nonexistent/file"))
+
+
+def test_a_read_only_directory_during_a_save_is_named(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path, max_to_keep=1)
+    manager.save(1, {"w": jnp.ones((8,))})
+    before = snapshot(tmp_path)
+
+    def read_only(step, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / f"{step}"))
+
+    monkeypatch.setattr(manager._manager, "save", read_only)
+    with pytest.raises(CheckpointError, match=rf"cannot save step 2 in {tmp_path}: Permission "
+                       rf"denied \({tmp_path / '2'}\); the last verified checkpoint, step 1, "
+                       "is intact"):
+        manager.save(2, {"w": jnp.zeros((8,))})
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before and manager.all_steps() == [1]
+    manager.close()
