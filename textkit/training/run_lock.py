@@ -65,12 +65,18 @@ def _acquire(path: Path) -> int:
         raise RunInUseError(
             f"{path.parent} is in use by another run ({holder}; lock file {path}): wait for "
             "that run to end, or use another --save-dir") from None
-    except OSError:
+    except OSError as err:
         os.close(fd)
-        raise
-    _found[path] = os.pread(fd, 4096, 0) if existed else None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        raise RunDirError(f"cannot lock {path} ({err.strerror}): does the file system of "
+                          f"{path.parent} support locks?") from None
+    try:
+        found = os.pread(fd, 4096, 0) if existed else None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    except OSError as err:
+        os.close(fd)
+        raise RunDirError(f"cannot write the lock file {path} ({err.strerror})") from None
+    _found[path] = found
     return fd
 
 
