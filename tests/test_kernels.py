@@ -164,13 +164,36 @@ def test_bfloat16_carrier_gives_the_int32_dot_exactly(contraction):
     assert f"bf16>, tensor<{contraction}x24xbf16>) -> tensor<5x24xf32>" in hlo
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU backend's rule")
 def test_int8_carrier_by_rows_and_cpu(fake_cpuinfo):
-    fake_cpuinfo("avx512_vnni")
+    fake_cpuinfo("")
     assert {kernels.int8_carrier(rows) for rows in (1, 48, 4096)} == {jnp.int8}
     fake_cpuinfo("avx512_bf16")
-    if jax.default_backend() == "cpu":
-        assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS - 1) == jnp.int8
-        assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS) == jnp.bfloat16
+    assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS - 1) == jnp.int8
+    assert kernels.int8_carrier(kernels.BF16_CARRIER_MIN_ROWS) == jnp.bfloat16
+    fake_cpuinfo("avx512_vnni avx512_bf16")
+    assert kernels.int8_carrier(kernels.VNNI_CARRIER_MIN_ROWS) == jnp.uint8
+    assert kernels.int8_carrier(4096) == jnp.uint8
+    fake_cpuinfo("avx_vnni")
+    assert kernels.has_vnni() and kernels.int8_carrier(4096) == jnp.uint8
+
+
+@pytest.mark.parametrize("rows", [1, 2, 16, 33])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("columns", [False, True])
+def test_vnni_product_equals_the_int8_dot(rows, transposed, columns):
+    """The uint8 carrier (shifted input bytes x int8 weight, ``128 * sum`` subtracted) gives
+    the int8 x int8 product's result bit for bit, in every form the layers use."""
+    rng = np.random.default_rng(rows)
+    x = jnp.asarray(rng.normal(size=(rows, 1100)), jnp.float32)   # sums beyond 2**24 / 127**2
+    w, scale = symmetric_int8(jnp.asarray(rng.normal(size=(1100, 24)), jnp.float32), axis=0)
+    weight = w.T if transposed else w
+    total = w.astype(jnp.int32).sum(0)
+    product = jax.jit(lambda x, weight, total: int8_matmul(
+        x, weight, scale[0], weight_sum=total, transposed=transposed, columns=columns))
+    reference = jax.jit(lambda x, weight: int8_matmul(
+        x, weight, scale[0], transposed=transposed, columns=columns))
+    np.testing.assert_array_equal(product(x, weight, total), reference(x, weight))
 
 
 @pytest.mark.slow
@@ -192,6 +215,13 @@ def test_quantize_int8_moves_values_between_carriers(transformer):
     tgt = jnp.asarray(np.random.default_rng(8).integers(4, 40, size=(3, 7)), jnp.int32)
     np.testing.assert_array_equal(model.apply({"params": carried}, src, tgt),
                                   model.apply({"params": qparams}, src, tgt))
+    vnni = quantize_int8(model, moved, carrier=jnp.uint8)
+    assert vnni["src_embed"]["embedding"].dtype == jnp.int8
+    np.testing.assert_array_equal(vnni["src_embed"]["embedding_sum"], np.asarray(
+        qparams["src_embed"]["embedding"], np.int32).sum(1))
+    assert "embedding_sum" not in quantize_int8(model, vnni)["src_embed"]
+    forward = jax.jit(lambda p: model.apply({"params": p}, src, tgt))
+    np.testing.assert_array_equal(forward(vnni), forward(qparams))
     with pytest.raises(ValueError, match="carrier"):
         quantize_int8(model, params, carrier=jnp.float16)
 
@@ -203,13 +233,15 @@ def test_translator_int8_uses_each_batchs_carrier(transformer, monkeypatch):
     sources = [rng.integers(4, 40, size=n).tolist() for n in rng.integers(3, 13, 9)]
     translator = Translator(model, IdTokenizer(), IdTokenizer(), beam_size=2, max_length=8,
                             batch_size=8, quantize="int8")
-    expected = translator.translate_ids(params, sources)    # 16 rows at most: int8
+    monkeypatch.setattr(kernels, "int8_carrier", lambda rows: jnp.int8)
+    expected = translator.translate_ids(params, sources)
     monkeypatch.setattr(kernels, "int8_carrier",
-                        lambda rows: jnp.bfloat16 if rows >= 16 else jnp.int8)
+                        lambda rows: jnp.bfloat16 if rows >= 16 else jnp.uint8)
     assert translator.translate_ids(params, sources) == expected   # batches of 8 and 1 rows
     copies = translator._quantized[1]
-    assert set(copies) == {jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16)}
+    assert set(copies) == {jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.uint8)}
     assert copies[jnp.dtype(jnp.bfloat16)]["src_embed"]["embedding"].dtype == jnp.bfloat16
+    assert "embedding_sum" in copies[jnp.dtype(jnp.uint8)]["src_embed"]
 
 
 def test_embed_reads_a_bfloat16_table_row_by_row():

@@ -13,11 +13,13 @@ multiplied in float32: the same products, at the float32 kernel's speed.
 an int8 weight (``Int8Layer``: ``layers.Dense``'s kernel, ``layers.Embed``'s table) gets it as
 int8 values with a float32 scale per output column (kernel, ``kernel_scale``) or per row
 (table, ``embedding_scale``): symmetric, ``round(w / scale)`` with ``scale = max|w| / 127``.
-The values are held in int8 or, where that multiplies faster, bfloat16 (``int8_carrier``). At
-apply time a layer with a scale beside its weight quantizes its input too, one symmetric scale
-per row (``int8_matmul``), so the product is one of int8 values: an int8 x int8 -> int32 dot
-(XLA:CPU's fast integer path; an int8 x float or uint8 x int8 dot falls back to slow loops) or
-the same values as bfloat16 with float32 sums, rescaled to float32.
+The values are held in int8 or, where that multiplies faster, bfloat16 (``int8_carrier``); the
+uint8 carrier keeps int8 values and each output column's sum (``<weight>_sum``) for the VNNI
+product. At apply time a layer with a scale beside its weight quantizes its input too, one
+symmetric scale per row (``int8_matmul``), so the product is one of int8 values: an int8 x int8
+-> int32 dot, the same values as bfloat16 with float32 sums, or (uint8 carrier) the input
+shifted into unsigned bytes times the int8 weight (``vnni.mixed_int8_dot``: XLA:CPU's VNNI
+kernel), rescaled to float32.
 Everything else (layer norms, biases, attention products, softmax, LSTM weights) stays as it
 was. Inference only: there is no gradient through the rounding. Which parameters belong to such
 a layer is read from the model itself (one abstract forward pass with
@@ -40,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "BF16_CARRIER_MIN_ROWS", "INT8_MAX", "Int8Layer", "has_bf16_dots", "int8_carrier",
+    "BF16_CARRIER_MIN_ROWS", "INT8_MAX", "Int8Layer", "VNNI_CARRIER_MIN_ROWS", "has_bf16_dots",
+    "has_vnni", "int8_carrier",
     "int8_matmul", "mixed_einsum", "model_and_flags", "native_low_precision_dots",
     "quantize_int8", "symmetric_int8",
 ]
@@ -68,6 +71,12 @@ def model_and_flags() -> tuple[str | None, frozenset[str]]:
         elif key.strip() == "flags" and not flags:
             flags = frozenset(value.split())
     return model, flags
+
+
+def has_vnni() -> bool:
+    """Whether the CPU has int8 dot-product instructions (``avx512_vnni`` or ``avx_vnni``),
+    which XLA:CPU uses for unsigned x signed int8 matmuls (``vnni.mixed_int8_dot``)."""
+    return bool(model_and_flags()[1] & {"avx512_vnni", "avx_vnni"})
 
 
 def has_bf16_dots() -> bool:
@@ -170,19 +179,31 @@ def require_int8_backend() -> None:
                          f"a bfloat16 policy there (precision 'mixed_bfloat16') instead")
 
 
+VNNI_CARRIER_MIN_ROWS = 1
+"""Rows from which the uint8 carrier (the VNNI product) replaces the int8 and bfloat16 ones on
+a CPU with VNNI (``int8_carrier``); ``benchmarks/int8_dot.py`` measures the crossover."""
+
+
 def int8_carrier(rows: int) -> Any:
     """The dtype that holds int8 weight values for the fastest product with ``rows`` input rows
-    (``quantize_int8``'s ``carrier``): bfloat16 on XLA:CPU with bf16 dot instructions
-    (``has_bf16_dots``) from ``BF16_CARRIER_MIN_ROWS`` rows, int8 otherwise. Every int8 value
-    is exact in bfloat16; XLA:CPU's int8 x int8 -> int32 dot does not use the CPU's int8
-    dot-product instructions, and its bfloat16 dot overtakes it once there are enough rows."""
-    if rows >= BF16_CARRIER_MIN_ROWS and jax.default_backend() == "cpu" and has_bf16_dots():
+    (``quantize_int8``'s ``carrier``), on XLA:CPU: uint8 (int8 values, the VNNI product) on a
+    CPU with VNNI (``has_vnni``) from ``VNNI_CARRIER_MIN_ROWS`` rows; else bfloat16 on a CPU
+    with bf16 dot instructions (``has_bf16_dots``) from ``BF16_CARRIER_MIN_ROWS`` rows; int8
+    otherwise. Every int8 value is exact in bfloat16; XLA:CPU's int8 x int8 -> int32 dot does
+    not use the CPU's int8 dot-product instructions, and its bfloat16 dot overtakes it once
+    there are enough rows."""
+    if jax.default_backend() != "cpu":
+        return jnp.int8
+    if rows >= VNNI_CARRIER_MIN_ROWS and has_vnni():
+        return jnp.uint8
+    if rows >= BF16_CARRIER_MIN_ROWS and has_bf16_dots():
         return jnp.bfloat16
     return jnp.int8
 
 
 def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
-                transposed: bool = False, columns: bool = False) -> jax.Array:
+                weight_sum: jax.Array | None = None, transposed: bool = False,
+                columns: bool = False) -> jax.Array:
     """x float[N, A] times int8-valued weight [A, M] (``transposed``: [M, A]) with float32
     ``weight_scale`` [M] -> float32 [N, M] (``columns``: its transpose [M, N], computed as such).
 
@@ -192,6 +213,9 @@ def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
     - int8: an int8 x int8 -> int32 dot. A single row is multiplied as two (a zero row added):
       XLA:CPU runs a one-row integer dot in a slow generic loop, up to tens of times slower
       than two rows (one-sentence greedy decoding, a beam search's first step for one sentence).
+      With ``weight_sum`` (int32 [M], each column's sum of int8 values: the uint8 carrier),
+      x's values are shifted into unsigned bytes and multiplied by ``vnni.mixed_int8_dot``
+      (the VNNI kernel), ``128 * weight_sum`` subtracted: the same int32 result.
     - bfloat16: a bfloat16 x bfloat16 -> float32 dot of the same int8 values. Each product is
       exact and so is every partial sum below 2**24 in magnitude, which an ``A`` up to
       2**24 / 127**2 (1,040) guarantees: the same result as the int32 dot; a longer row can
@@ -201,20 +225,41 @@ def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
     scale = weight_scale.astype(jnp.float32)
     integer = weight.dtype == jnp.int8
     xq, x_scale = symmetric_int8(x, axis=1)                                    # [N, A], [N, 1]
-    xq = xq if integer else xq.astype(weight.dtype)                            # exact
-    accumulator = jnp.int32 if integer else jnp.float32
     single = integer and xq.shape[0] == 1
     if single:
         xq = jnp.pad(xq, ((0, 1), (0, 0)))                                     # [2, A]
+    if weight_sum is not None:
+        acc = _vnni_product(xq, weight, weight_sum, weight_axis, columns)      # int32
+    else:
+        xq = xq if integer else xq.astype(weight.dtype)                        # exact
+        accumulator = jnp.int32 if integer else jnp.float32
+        if columns:
+            acc = jax.lax.dot_general(weight, xq, (((weight_axis,), (1,)), ((), ())),
+                                      preferred_element_type=accumulator)      # [M, N]
+        else:
+            acc = jax.lax.dot_general(xq, weight, (((1,), (weight_axis,)), ((), ())),
+                                      preferred_element_type=accumulator)      # [N, M]
     if columns:
-        acc = jax.lax.dot_general(weight, xq, (((weight_axis,), (1,)), ((), ())),
-                                  preferred_element_type=accumulator)          # [M, N]
         acc = acc[:, :1] if single else acc
         return acc.astype(jnp.float32) * x_scale[:, 0] * scale[:, None]
-    acc = jax.lax.dot_general(xq, weight, (((1,), (weight_axis,)), ((), ())),
-                              preferred_element_type=accumulator)              # [N, M]
     acc = acc[:1] if single else acc
     return acc.astype(jnp.float32) * x_scale * scale
+
+
+def _vnni_product(xq: jax.Array, weight: jax.Array, weight_sum: jax.Array, weight_axis: int,
+                  columns: bool) -> jax.Array:
+    """int8 xq [N, A] times int8 weight (A on ``weight_axis``) through the unsigned x signed
+    VNNI product: int32 [N, M] (``columns``: [M, N])."""
+    from textkit.models.vnni import mixed_int8_dot
+
+    unsigned = (xq.astype(jnp.int16) + 128).astype(jnp.uint8)                 # [N, A]
+    shift = 128 * weight_sum.astype(jnp.int32)                                  # [M]
+    acc = mixed_int8_dot(unsigned, weight, (1, weight_axis)) - shift[None, :]  # [N, M]
+    if columns:
+        # The weight-first product runs in a slow loop on XLA:CPU, and a transpose folded
+        # into the mixed product fails to compile: transposed after a barrier instead.
+        return jax.lax.optimization_barrier(acc).T                             # [M, N]
+    return acc
 
 
 @runtime_checkable
@@ -247,14 +292,15 @@ def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array,
                   carrier: Any = jnp.int8) -> PyTree:
     """Copy of ``params`` with the weight of every ``Int8Layer`` (``Dense`` kernels, ``Embed``
     tables) quantized to int8 values (module docstring), held in ``carrier``: int8 (the
-    smallest) or bfloat16 (twice the size, exact; ``int8_carrier`` says which multiplies faster
-    on this host). ``example`` are inputs of one forward pass (default: a seq2seq model's
-    ``(src_tokens, tgt_input)``, both int32[1, 8] of id 0) that reaches every layer to quantize.
-    A layer already quantized (a ``<name>_scale`` beside its weight) keeps its values, moved to
-    ``carrier``."""
+    smallest), bfloat16 (twice the size, exact) or uint8 (int8 values with each output
+    column's sum as ``<name>_sum``, for the VNNI product); ``int8_carrier`` says which
+    multiplies faster on this host. ``example`` are inputs of one forward pass (default: a
+    seq2seq model's ``(src_tokens, tgt_input)``, both int32[1, 8] of id 0) that reaches every
+    layer to quantize. A layer already quantized (a ``<name>_scale`` beside its weight) keeps
+    its values, moved to ``carrier``."""
     carrier = jnp.dtype(carrier)
-    if carrier not in (jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16)):
-        raise ValueError(f"carrier={carrier}; expected int8 or bfloat16")
+    if carrier not in (jnp.dtype(jnp.int8), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.uint8)):
+        raise ValueError(f"carrier={carrier}; expected int8, bfloat16 or uint8")
     if not example:
         example = (jnp.zeros((1, 8), jnp.int32),) * 2
     out = _mutable(params)                 # new dicts, the same arrays: the input is kept
@@ -268,7 +314,13 @@ def quantize_int8(model: nn.Module, params: PyTree, *example: jax.Array,
             node[f"{name}_scale"] = jnp.squeeze(scale, axis=axes)
         else:
             values = node[name]
-        node[name] = values.astype(carrier)
+        node.pop(f"{name}_sum", None)
+        if carrier == jnp.dtype(jnp.uint8):
+            values = values.astype(jnp.int8)
+            node[name] = values
+            node[f"{name}_sum"] = jnp.sum(values.astype(jnp.int32), axis=axes)
+        else:
+            node[name] = values.astype(carrier)
     return out
 
 

@@ -82,7 +82,7 @@ class Dense(nn.Module):
         matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
         if self.has_variable("params", "kernel_scale"):  # kernels.quantize_int8
             scale = self.get_variable("params", "kernel_scale")
-            y = int8_matmul(rows, matrix, scale.reshape(-1))
+            y = int8_matmul(rows, matrix, scale.reshape(-1), weight_sum=self._kernel_sum())
         else:
             y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
         y = y.reshape(*x.shape[:x.ndim - self.contract], *features)
@@ -92,13 +92,19 @@ class Dense(nn.Module):
         return y
 
 
+    def _kernel_sum(self) -> Array | None:
+        """The uint8 carrier's column sums of the int8 kernel, flat [out] (None otherwise)."""
+        if not self.has_variable("params", "kernel_sum"):
+            return None
+        return self.get_variable("params", "kernel_sum").reshape(-1)
+
     def columns(self, x: Array) -> Array:
         """The layer (``contract=1``, one feature axis) applied to rows x float[N, in] and
         transposed: float32 [features, N]. Reads the parameters ``__call__`` made."""
         kernel = self.get_variable("params", "kernel")                          # [in, out]
         if self.has_variable("params", "kernel_scale"):
             y = int8_matmul(x, kernel, self.get_variable("params", "kernel_scale"),
-                            columns=True)
+                            weight_sum=self._kernel_sum(), columns=True)
         else:
             y = mixed_einsum("io,ni->on", kernel, x, self.policy.compute_dtype)
         if self.use_bias:
@@ -170,6 +176,8 @@ class Embed(nn.Module):
         self.quantized = self.has_variable("params", "embedding_scale")  # quantize_int8
         if self.quantized:
             self.embedding_scale = self.get_variable("params", "embedding_scale")
+        self.embedding_sum = (self.get_variable("params", "embedding_sum")
+                              if self.has_variable("params", "embedding_sum") else None)
 
     def __call__(self, ids: Array) -> Array:
         x = lookup(self.embedding, ids, f"{self.name or 'Embed'} ids").astype(jnp.float32)
@@ -182,15 +190,16 @@ class Embed(nn.Module):
     def attend(self, x: Array) -> Array:
         if self.quantized:
             rows = int8_matmul(x.reshape(-1, self.features), self.embedding,
-                               self.embedding_scale, transposed=True)
+                               self.embedding_scale, weight_sum=self.embedding_sum,
+                               transposed=True)
             return rows.reshape(*x.shape[:-1], self.num_embeddings)
         return mixed_einsum("...d,vd->...v", x, self.embedding, self.policy.compute_dtype)
 
     def attend_t(self, x: Array) -> Array:
         """``attend`` of rows x float[N, features], transposed: logits float32 [V, N]."""
         if self.quantized:
-            return int8_matmul(x, self.embedding, self.embedding_scale, transposed=True,
-                               columns=True)
+            return int8_matmul(x, self.embedding, self.embedding_scale,
+                               weight_sum=self.embedding_sum, transposed=True, columns=True)
         return mixed_einsum("vd,nd->vn", self.embedding, x, self.policy.compute_dtype)
 
 
