@@ -65,21 +65,24 @@ LEARNING_RATE = 2e-5
 BF16_POLICY = "params=bfloat16,compute=bfloat16,output=float32"
 
 
-def write_checkpoint(directory: Path, quick: bool) -> Path:
-    """A random BERT sequence classifier of BERT-base's shape (tiny with ``quick``) written
-    with textkit's ``save_pretrained``; its tokenizer is a WordPiece of the specials (ids
-    only matter here)."""
+def write_checkpoint(directory: Path, quick: bool, head: str = "sequence_classification",
+                     **overrides: Any) -> Path:
+    """A random BERT sequence classifier (or another ``head``) of BERT-base's shape (tiny with
+    ``quick``; ``overrides``: other ``EncoderConfig`` fields) written with textkit's
+    ``save_pretrained``; its tokenizer is a WordPiece of the specials (ids only matter
+    here)."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordPiece
 
-    config = EncoderConfig(architecture="bert", head="sequence_classification", num_labels=2,
-                           pad_id=0, **(QUICK if quick else BERT_BASE))
+    config = EncoderConfig(architecture="bert", head=head, num_labels=2, pad_id=0,
+                           **{**(QUICK if quick else BERT_BASE), **overrides})
     model = Encoder(config)
     params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]  # op by op
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
     tokenizer = EncoderTokenizer(Tokenizer(WordPiece(vocab, unk_token="[UNK]")),
                                  pad_token="[PAD]", with_token_types=True)
-    return save_pretrained(model, params, tokenizer, directory / "bert-base-shape")
+    name = "bert-base-shape" + ("" if head == "sequence_classification" else f"-{head}")
+    return save_pretrained(model, params, tokenizer, directory / name)
 
 
 def batch_arrays(quick: bool, vocab_size: int) -> dict[str, np.ndarray]:

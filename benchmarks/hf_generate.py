@@ -14,7 +14,10 @@ per line:
     -> {"quit": true}
 
 Every generate call forces exactly ``steps`` new tokens (``min_new_tokens`` = ``max_new_tokens``)
-with ``early_stopping=False``, float32, ``torch.no_grad``.
+with ``early_stopping=False``, float32, ``torch.no_grad``. The first message may also name
+``"dtype"`` (``"float16"``, ``"bfloat16"``; default float32) and ``"device"`` (``"cuda"``;
+default the CPU), as ``gpu_check.py`` does; a timed call then ends with
+``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
@@ -33,10 +36,14 @@ def load(spec: dict):
     import torch
     from transformers import MarianConfig, MarianMTModel
 
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    device = spec.get("device", "cpu")
     if spec.get("checkpoint"):
-        return MarianMTModel.from_pretrained(spec["checkpoint"], dtype=torch.float32).eval()
-    torch.manual_seed(0)
-    return MarianMTModel(MarianConfig(**spec["config"])).eval()
+        model = MarianMTModel.from_pretrained(spec["checkpoint"], dtype=dtype)
+    else:
+        torch.manual_seed(0)
+        model = MarianMTModel(MarianConfig(**spec["config"])).to(dtype)
+    return model.to(device).eval()
 
 
 def main() -> None:
@@ -48,14 +55,18 @@ def main() -> None:
         reply({"error": f"{error} (in {sys.executable})"})
         return
     model = load(spec)
-    inputs = torch.as_tensor(spec["src"], dtype=torch.long)
+    device = spec.get("device", "cpu")
+    inputs = torch.as_tensor(spec["src"], dtype=torch.long).to(device)
     steps = int(spec["steps"])
 
     def generate(beams: int):
         with torch.no_grad():
-            return model.generate(inputs, attention_mask=torch.ones_like(inputs),
-                                  num_beams=beams, do_sample=False, max_new_tokens=steps,
-                                  min_new_tokens=steps, early_stopping=False)
+            out = model.generate(inputs, attention_mask=torch.ones_like(inputs),
+                                 num_beams=beams, do_sample=False, max_new_tokens=steps,
+                                 min_new_tokens=steps, early_stopping=False)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
 
     for beams in (4, 1):                       # warm-up: first calls allocate and pick kernels
         generate(beams)

@@ -49,7 +49,8 @@ from textkit.models import get_model  # noqa: E402
 from textkit.training import create_train_state, cross_entropy, make_train_step  # noqa: E402
 
 BATCH, SRC_LEN, TGT_LEN, VOCAB, PAD = 32, 32, 32, 32000, 1
-SIZES = {"small": dict(d_model=256, num_heads=4, d_ff=1024, layers=3),
+SIZES = {"tiny": dict(d_model=64, num_heads=4, d_ff=256, layers=1),
+         "small": dict(d_model=256, num_heads=4, d_ff=1024, layers=3),
          "base": dict(d_model=512, num_heads=8, d_ff=2048, layers=6)}
 POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 
@@ -71,21 +72,23 @@ def matmul_peak(dtype, result_dtype, n: int = 2048, repeats: int = 5) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def model_flops(d: int, ff: int, layers: int) -> float:
+def model_flops(d: int, ff: int, layers: int, batch: int = BATCH, src_len: int = SRC_LEN,
+                tgt_len: int = TGT_LEN, vocab: int = VOCAB) -> float:
     """Analytic train-step FLOPs (3 x forward matmul FLOPs) of one batch."""
-    src, tgt = BATCH * SRC_LEN, BATCH * TGT_LEN
-    encoder = src * (8 * d * d + 4 * d * ff) + BATCH * 4 * SRC_LEN * SRC_LEN * d
+    src, tgt = batch * src_len, batch * tgt_len
+    encoder = src * (8 * d * d + 4 * d * ff) + batch * 4 * src_len * src_len * d
     decoder = (tgt * (12 * d * d + 4 * d * ff)      # self q,k,v,o + cross q,o + ffn
                + src * 4 * d * d                    # cross-attention keys/values of the memory
-               + BATCH * 4 * TGT_LEN * (TGT_LEN + SRC_LEN) * d)
-    logits = tgt * 2 * d * VOCAB
+               + batch * 4 * tgt_len * (tgt_len + src_len) * d)
+    logits = tgt * 2 * d * vocab
     return 3.0 * (layers * (encoder + decoder) + logits)
 
 
-def make_batch(seed: int) -> dict[str, np.ndarray]:
+def make_batch(seed: int, batch: int = BATCH, src_len: int = SRC_LEN, tgt_len: int = TGT_LEN,
+               vocab: int = VOCAB) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    tgt = rng.integers(4, VOCAB, (BATCH, TGT_LEN + 1), dtype=np.int32)
-    return {"src_tokens": rng.integers(4, VOCAB, (BATCH, SRC_LEN), dtype=np.int32),
+    tgt = rng.integers(4, vocab, (batch, tgt_len + 1), dtype=np.int32)
+    return {"src_tokens": rng.integers(4, vocab, (batch, src_len), dtype=np.int32),
             "tgt_input": tgt[:, :-1], "tgt_output": tgt[:, 1:]}
 
 
@@ -101,10 +104,13 @@ def time_interleaved(runs: dict[str, Callable[[], None]], steps: int) -> dict[st
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def textkit_runner(size: str, policy: str, batch) -> tuple[Callable[[], None], float]:
-    """(warmed-up step runner, compile seconds) of the textkit train step."""
+def textkit_runner(size: str, policy: str, batch, *, vocab: int = VOCAB,
+                   optimizer: optax.GradientTransformation | None = None
+                   ) -> tuple[Callable[[], None], float]:
+    """(warmed-up step runner, compile seconds) of the textkit train step (Adam 1e-4 unless
+    ``optimizer`` is given, e.g. wrapped in a dynamic loss scale for float16)."""
     s = SIZES[size]
-    model = get_model("transformer_base", src_vocab_size=VOCAB, tgt_vocab_size=VOCAB,
+    model = get_model("transformer_base", src_vocab_size=vocab, tgt_vocab_size=vocab,
                       d_model=s["d_model"], num_heads=s["num_heads"], d_ff=s["d_ff"],
                       num_encoder_layers=s["layers"], num_decoder_layers=s["layers"],
                       dropout=0.1, max_len=256, pad_id=PAD, policy=policy)
@@ -118,8 +124,9 @@ def textkit_runner(size: str, policy: str, batch) -> tuple[Callable[[], None], f
                                              batch["tgt_output"] != PAD)
         return loss_sum, (weight_sum, None)
 
-    state = create_train_state(params, optax.adam(1e-4), jax.random.PRNGKey(1))
-    train_step = make_train_step(loss_fn, optax.adam(1e-4))
+    optimizer = optimizer if optimizer is not None else optax.adam(1e-4)
+    state = create_train_state(params, optimizer, jax.random.PRNGKey(1))
+    train_step = make_train_step(loss_fn, optimizer)
     start = time.perf_counter()
     compiled = train_step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start

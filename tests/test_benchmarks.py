@@ -199,6 +199,34 @@ def test_train_step_benchmark_quick_with_the_rounded_bf16_path(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpu_check_smoke_without_a_peer(tmp_path):
+    """The prepared GPU check (issue 43) on tiny shapes: every part runs, the figures derive
+    from one another, and the goals are reported (the peer's as None when it did not run)."""
+    result = last_json([str(BENCHMARKS / "gpu_check.py"), "--smoke", "--no-peer"], tmp_path)
+    assert "errors" not in result, result.get("errors")
+    assert result["smoke"] is True and result["platform"] == "cpu"
+    assert result["peak_source"].startswith("measured") and result["peak_flops"] > 0
+    train = result["transformer_train"]
+    for dtype in ("bfloat16", "float16"):
+        entry = train[dtype]
+        assert positive_finite(entry["tok_s"], entry["mfu"], entry["compile_s"])
+        assert entry["tok_s"] == pytest.approx(
+            train["batch"] * train["tgt_len"] / (entry["step_ms"] / 1e3), rel=0.01)
+        assert entry["mfu"] == pytest.approx(
+            train["flops_per_step"] / (entry["step_ms"] / 1e3) / result["peak_flops"],
+            rel=0.01, abs=1e-4)
+        bert = result["bert_squad"][dtype]
+        assert positive_finite(bert["seq_s"], bert["mfu"]) and "ratio" not in bert
+    assert positive_finite(result["decode_beam4"]["sent_s"])
+    assert "ratio" not in result["decode_beam4"]
+    assert result["peer_skipped"] == {"bert_squad": "--no-peer", "decode_beam4": "--no-peer"}
+    goals = result["goals"]
+    assert goals["bert_bf16_vs_torch_amp"] is None and goals["decode_vs_hf_fp16"] is None
+    assert goals["bert_bf16_mfu"] == result["bert_squad"]["bfloat16"]["mfu"]
+    assert goals["transformer_bf16_mfu_met"] is (train["bfloat16"]["mfu"] >= 0.40)
+
+
+@pytest.mark.slow
 def test_encoder_benchmark_quick(tmp_path):
     result = last_json([str(BENCHMARKS / "encoder.py"), "--quick", "--no-peer", "--rounds", "1",
                         "--bfloat16", "on"], tmp_path)
