@@ -132,3 +132,33 @@ def test_extract_refuses_path_traversal_and_unknown_type(tmp_path):
     assert not (tmp_path / "escape.txt").exists()
     with pytest.raises(ValueError, match="unknown archive type"):
         extract_archive(tmp_path / "file.rar", tmp_path / "out")
+
+
+class _CutResponse(io.BytesIO):
+    """A response that says ``length`` bytes and then fails (``error``) or ends short."""
+
+    def __init__(self, body: bytes, length: int, error: Exception | None):
+        super().__init__(body)
+        self.headers = {"Content-Length": str(length)}
+        self.error = error
+
+    def read(self, size=-1):
+        chunk = super().read(size)
+        if not chunk and self.error is not None:
+            raise self.error
+        return chunk
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError(104, "Connection reset by peer"), None])
+def test_an_interrupted_download_is_named_and_leaves_nothing(tmp_path, monkeypatch, error):
+    """A connection cut mid-file, or a body shorter than its Content-Length (no checksum to
+    catch it), is one OfflineError saying how much arrived; no partial file is kept."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "urlopen",
+                        lambda url, timeout: _CutResponse(b"x" * 1000, 5000, error))
+    dest = tmp_path / "cache" / "corpus.zip"
+    with pytest.raises(OfflineError, match="interrupted.*1,000.*run again") as info:
+        download("https://example.org/corpus.zip", dest, progress=False)
+    assert "corpus.zip" in str(info.value) and str(dest.parent) in str(info.value)
+    assert list(dest.parent.iterdir()) == []

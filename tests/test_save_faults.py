@@ -184,3 +184,57 @@ def test_a_read_only_directory_during_a_save_is_named(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert snapshot(tmp_path) == before and manager.all_steps() == [1]
     manager.close()
+
+
+@pytest.mark.parametrize("stop, status", [("sigterm", 143), ("ctrl_c", 130)])
+def test_run_main_ends_a_stop_signal_with_one_line(capsys, stop, status):
+    import os
+    import signal
+
+    from textkit.cli import run_main
+
+    def main():
+        if stop == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_:
+        run_main(main)
+    assert exit_.value.code == status
+    name = "SIGTERM" if stop == "sigterm" else "SIGINT"
+    assert capsys.readouterr().err == (f"stopped by {name}: the checkpoints saved before it are "
+                                       "intact: --resume continues from the last one\n")
+    assert signal.getsignal(signal.SIGTERM) is handler            # put back
+
+
+@pytest.mark.slow
+def test_the_lm_recipe_stopped_by_sigterm_says_so_and_resumes(tmp_path):
+    """SIGTERM once the first checkpoint is written: one line, status 143, every step on disk
+    verified; --resume finishes the run."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    args = [sys.executable, str(LM), "--model", "lstm_lm_tiny", "--toy-sentences", "300",
+            "--no-progress", "--data-dir", str(tmp_path / "data"), "--save-dir", str(run),
+            "--epochs", "40"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=subprocesses.cpu_env(1))
+    deadline = time.monotonic() + 240
+    while not list((run / "checkpoints").glob(f"*/{CHECKSUMS}")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == ("stopped by SIGTERM: the checkpoints saved before it "
+                                            "are intact: --resume continues from the last one")
+    with CheckpointManager(run / "checkpoints") as manager:
+        steps = manager.all_steps()
+    assert steps and not (run / "summary.json").exists()
+    resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True,
+                             env=subprocesses.cpu_env(1), timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 40 * 6

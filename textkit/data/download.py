@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import http.client
 import os
 import shutil
 import stat
@@ -145,13 +146,24 @@ def download(url: str, path: str | os.PathLike, *, sha256: str | None = None,
             raise OfflineError([path], path.parent, [url], reason=str(err)) from err
         with response:
             total = response.headers.get("Content-Length")
-            with tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
-                      unit_divisor=1024, desc=f"download {path.name}",
-                      disable=not progress) as bar:
-                for chunk in iter(lambda: response.read(_CHUNK), b""):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    bar.update(len(chunk))
+            total = int(total) if total else None
+            received = 0
+            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                      desc=f"download {path.name}", disable=not progress) as bar:
+                try:
+                    for chunk in iter(lambda: response.read(_CHUNK), b""):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        received += len(chunk)
+                        bar.update(len(chunk))
+                except (http.client.HTTPException, ConnectionError, TimeoutError) as err:
+                    raise OfflineError([path], path.parent, [url], reason=(
+                        f"interrupted after {received:,} bytes ({err!r}); nothing was kept, "
+                        "run again to download it anew")) from err
+            if total is not None and received != total:
+                raise OfflineError([path], path.parent, [url], reason=(
+                    f"interrupted: {received:,} of {total:,} bytes arrived; nothing was kept, "
+                    "run again to download it anew"))
         if expected is not None and digest.hexdigest() != expected[1]:
             raise ChecksumError(
                 f"checksum mismatch for {url}: expected {expected[0]} {expected[1]}, "
