@@ -231,3 +231,18 @@ def test_plot_usage_names_the_console_script(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert capsys.readouterr().out.startswith("usage: textkit-plot ")
+
+
+def test_read_metrics_skips_a_cut_last_line_and_names_damage_before_it(tmp_path):
+    from textkit.errors import RunDirError
+
+    rows = [json.dumps({"kind": "train", "step": s, "loss": 1.0}) for s in (1, 2)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(rows) + '\n{"kind": "tra', encoding="utf-8")
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    path.write_text(rows[0] + '\n{"kind": "tra\n' + rows[1] + "\n", encoding="utf-8")
+    with pytest.raises(RunDirError, match=rf"{path}, line 2: not a JSON row"):
+        read_metrics(tmp_path)
+    path.write_bytes(rows[0].encode() + b"\n\xff\xfe\n" + rows[1].encode() + b"\n")
+    with pytest.raises(RunDirError, match="line 2"):
+        read_metrics(path)

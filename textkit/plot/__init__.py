@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from textkit.errors import RunDirError
+
 __all__ = ["figure_of", "panels_of", "plot_runs", "read_metrics"]
 
 _TRAIN_PANELS = (("loss", "training loss"), ("learning_rate", "learning rate"))
@@ -30,19 +32,24 @@ _BOTH_LOSSES = "training and validation loss"
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a ``metrics.jsonl`` file, or of the one in a run directory (a damaged
-    last line, from a killed run, is skipped)."""
+    last line, from a killed run, is skipped; a damaged line before it, or bytes that are not
+    UTF-8, are a ``RunDirError`` naming the file and the line)."""
     path = Path(path)
     if path.suffix != ".jsonl":
         path = path / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {path.parent} a run directory "
                                 "written by textkit's fit?")
+    lines = path.read_bytes().splitlines()
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+            rows.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            if number == len(lines):       # cut by a killed run: the rows before it stand
+                break
+            raise RunDirError(f"{path}, line {number}: not a JSON row of metrics ({err}); "
+                              "only the last line of a killed run may be cut") from err
     return rows
 
 
