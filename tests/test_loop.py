@@ -107,8 +107,9 @@ def test_fit_compiles_every_bucket_shape_before_the_first_step():
     short = fit(state, step, loader, FitConfig(max_steps=2, log_every=100), log=messages.append)
     assert "2 steps left for 3 batch shapes" in messages[0]
     assert short.num_compiles in (1, 2)
-    if short.num_compiles == 2:
-        assert short.progress.compile_tokens == short.progress.tokens
+    # Both steps compiled (two shapes) or only the first (one shape, equal batches).
+    compiled = 1.0 if short.num_compiles == 2 else 0.5
+    assert short.progress.compile_tokens == compiled * short.progress.tokens
 
 
 def test_fit_stops_on_a_non_finite_loss_naming_the_step():

@@ -238,3 +238,16 @@ def test_the_lm_recipe_stopped_by_sigterm_says_so_and_resumes(tmp_path):
                              env=subprocesses.cpu_env(1), timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["steps"] == 40 * 6
+
+
+def test_run_main_works_off_the_main_thread():
+    """Signal handlers belong to the main thread: elsewhere run_main runs without one."""
+    import threading
+
+    from textkit.cli import run_main
+
+    ran = []
+    thread = threading.Thread(target=run_main, args=(lambda: ran.append(True),))
+    thread.start()
+    thread.join()
+    assert ran == [True]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,8 @@ def run_main(main: Callable[[], Any]) -> None:
     """Call ``main()``; a ``TextkitError``, or an ``OSError`` of ``STORAGE_ERRORS``, exits with
     status 2 after printing its message; SIGTERM and SIGINT exit with 128 + their number after
     one line (module docstring)."""
-    previous = signal.signal(signal.SIGTERM, _stop)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
     try:
         main()
     except TextkitError as err:
@@ -68,4 +70,5 @@ def run_main(main: Callable[[], Any]) -> None:
               "intact: --resume continues from the last one", file=sys.stderr)
         sys.exit(128 + signum)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
