@@ -29,9 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def reply(message: dict) -> None:
-    print(json.dumps(message), flush=True)
+from peer_worker import begin, reply
 
 
 def vocabulary(model_dir: Path) -> list[str]:
@@ -46,13 +44,10 @@ def vocabulary(model_dir: Path) -> list[str]:
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.readline())
-    try:
-        import ctranslate2
-        import sentencepiece
-    except ImportError as error:
-        reply({"error": f"{error} (in {sys.executable})"})
+    started = begin("ctranslate2", "sentencepiece")
+    if started is None:
         return
+    spec, (ctranslate2, sentencepiece) = started
     threads = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "ct2"

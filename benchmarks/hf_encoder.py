@@ -24,19 +24,14 @@ import json
 import sys
 import time
 
-
-def reply(message: dict) -> None:
-    print(json.dumps(message), flush=True)
+from peer_worker import begin, reply
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.readline())
-    try:
-        import torch
-        import transformers
-    except ImportError as error:
-        reply({"error": f"{error} (in {sys.executable})"})
+    started = begin("torch", "transformers")
+    if started is None:
         return
+    spec, (torch, transformers) = started
     from transformers import BertForSequenceClassification
 
     def load(dtype):

@@ -26,9 +26,7 @@ import json
 import sys
 import time
 
-
-def reply(message: dict) -> None:
-    print(json.dumps(message), flush=True)
+from peer_worker import begin, reply
 
 
 def load(spec: dict):
@@ -47,13 +45,10 @@ def load(spec: dict):
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.readline())
-    try:
-        import torch
-        import transformers
-    except ImportError as error:
-        reply({"error": f"{error} (in {sys.executable})"})
+    started = begin("torch", "transformers")
+    if started is None:
         return
+    spec, (torch, transformers) = started
     model = load(spec)
     device = spec.get("device", "cpu")
     inputs = torch.as_tensor(spec["src"], dtype=torch.long).to(device)

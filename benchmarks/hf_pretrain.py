@@ -23,21 +23,16 @@ import json
 import sys
 import time
 
+from peer_worker import begin, reply
+
 WARM_UP = 5
 
 
-def reply(message: dict) -> None:
-    print(json.dumps(message), flush=True)
-
-
 def main() -> None:
-    spec = json.loads(sys.stdin.readline())
-    try:
-        import torch
-        import transformers
-    except ImportError as error:
-        reply({"error": f"{error} (in {sys.executable})"})
+    started = begin("torch", "transformers")
+    if started is None:
         return
+    spec, (torch, transformers) = started
     from transformers import BertForMaskedLM
 
     ids = torch.as_tensor(spec["input_ids"], dtype=torch.long)

@@ -27,20 +27,15 @@ import json
 import sys
 import time
 
-
-def reply(message: dict) -> None:
-    print(json.dumps(message), flush=True)
+from peer_worker import begin, reply
 
 
 def main() -> None:
-    spec = json.loads(sys.stdin.readline())
-    try:
-        import torch
-        import transformers
-        from transformers import BertForQuestionAnswering
-    except ImportError as error:
-        reply({"error": f"{error} (in {sys.executable})"})
+    started = begin("torch", "transformers")
+    if started is None:
         return
+    spec, (torch, transformers) = started
+    from transformers import BertForQuestionAnswering
     device = spec.get("device", "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         reply({"error": f"torch {torch.__version__} sees no CUDA device (in {sys.executable})"})
