@@ -283,15 +283,40 @@ class PositionEmbedding(nn.Module):
 _UNIFORM_LEVELS = 2 ** 16
 
 
+def _mix32(x: Array) -> Array:
+    """A bijective avalanche mix of uint32 words (C. Wellons' "lowbias32"): uint32[...]."""
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def counter_bits16(rng: Array, count: int) -> Array:
+    """``count`` random 16-bit words uint16[count] from ``rng`` (any JAX key): a counter-based
+    hash of each word's index, seeded by two 32-bit words drawn from ``rng``.
+
+    Each 32-bit hash ``mix(mix(i ^ s0) ^ s1)`` of counter ``i`` gives two 16-bit words. The
+    only keyed random draw is the two seed words, so the cost is a few integer operations per
+    element (threefry, ``jax.random.bits``, runs 20 rounds per pair of words). Under ``jit``
+    with sharded inputs the counters are global positions, so every device draws different
+    words and the result does not depend on the sharding."""
+    if count > 2 ** 33:
+        raise ValueError(f"counter_bits16 draws at most 2**33 words, asked for {count}")
+    seed = jax.random.bits(rng, (2,), jnp.uint32)
+    counters = jax.lax.iota(jnp.uint32, (count + 1) // 2)
+    words = _mix32(_mix32(counters ^ seed[0]) ^ seed[1])                   # uint32[ceil(n/2)]
+    return jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)[:count]
+
+
 def dropout(x: Array, rate: float, rng: Array, broadcast_dims: tuple[int, ...] = ()) -> Array:
     """Inverted dropout: zero each element of ``x`` [...] with probability ``rate`` and scale
     the others by 1 / (keep probability); same shape and dtype. Along ``broadcast_dims`` one
     decision is shared (e.g. ``(1,)`` on [B, T, D]: one mask per sequence, locked over time).
 
-    Each element draws a 16-bit uniform, two from every 32-bit random word: half the threefry
-    work of ``jax.random.bernoulli`` (one 32-bit word per element). ``rate`` is therefore rounded
-    to a multiple of 2**-16 (0.1 becomes 0.100006) and the scale uses that rounded rate, so the
-    expectation is exact.
+    Each element compares one 16-bit word of ``counter_bits16`` with the threshold. ``rate`` is
+    therefore rounded to a multiple of 2**-16 (0.1 becomes 0.100006) and the scale uses that
+    rounded rate, so the expectation is exact.
     """
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
@@ -299,10 +324,7 @@ def dropout(x: Array, rate: float, rng: Array, broadcast_dims: tuple[int, ...] =
     if threshold == 0:
         return x
     shape = tuple(1 if axis in broadcast_dims else size for axis, size in enumerate(x.shape))
-    count = math.prod(shape)
-    words = jax.random.bits(rng, ((count + 1) // 2,), jnp.uint32)
-    uniforms = jnp.concatenate([words & np.uint32(0xFFFF), words >> np.uint32(16)])
-    keep = uniforms[:count].reshape(shape) >= np.uint32(threshold)
+    keep = counter_bits16(rng, math.prod(shape)).reshape(shape) >= np.uint16(threshold)
     scale = np.float32(_UNIFORM_LEVELS / (_UNIFORM_LEVELS - threshold))
     return jnp.where(keep, x * scale.astype(x.dtype), jnp.zeros((), x.dtype))
 
