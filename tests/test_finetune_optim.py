@@ -71,3 +71,24 @@ def test_layer_decay_scales_updates_by_depth():
     assert size["layer1"] == pytest.approx(0.5, rel=1e-4)
     assert size["layer0"] == pytest.approx(0.25, rel=1e-4)
     assert size["embed"] == pytest.approx(0.125, rel=1e-4)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.1, 10.0])
+def test_clip_by_global_norm_equals_optax_and_fuses_into_one_multiply(scale):
+    import optax
+
+    from textkit.training.optim import clip_by_global_norm
+
+    grads = {"a": jnp.arange(12.0).reshape(3, 4) * scale, "b": jnp.full((5,), -2.0) * scale}
+    want, _ = optax.clip_by_global_norm(1.5).update(grads, optax.EmptyState())
+    got, _ = clip_by_global_norm(1.5).update(grads, optax.EmptyState())
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=0)
+    hlo = jax.jit(lambda g: clip_by_global_norm(1.5).update(g, optax.EmptyState())[0]).lower(
+        grads).as_text()
+    assert "select" not in hlo                      # no clipped-or-not copy of each gradient
+    bad = {"a": grads["a"].at[0, 0].set(jnp.nan), "b": grads["b"]}
+    assert not np.isfinite(np.asarray(clip_by_global_norm(1.5).update(
+        bad, optax.EmptyState())[0]["b"])).all()
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_by_global_norm(0.0)

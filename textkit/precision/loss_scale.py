@@ -5,7 +5,7 @@ differentiation. The train step multiplies the loss by ``loss_scale_of(opt_state
 wrapper below receives the scaled gradients, divides them by the same scale and hands them to
 the wrapped (inner) optimizer::
 
-    optimizer = dynamic_loss_scale(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr)))
+    optimizer = dynamic_loss_scale(optax.chain(clip_by_global_norm(1.0), optax.adam(lr)))
 
 ``dynamic_loss_scale`` skips a step whose gradients hold any inf/NaN: the updates are zero, the
 inner optimizer state is left exactly as it was, and the scale is multiplied by

@@ -40,7 +40,7 @@ from textkit.models import get_model
 from textkit.precision import Policy
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
-from textkit.training.optim import learning_rate_of, with_loss_scaling
+from textkit.training.optim import clip_by_global_norm, learning_rate_of, with_loss_scaling
 from textkit.training.schedules import scale_by_budget_schedule
 
 __all__ = ["CausalLMConfig", "CausalLMTask", "read_documents"]
@@ -272,7 +272,7 @@ class CausalLMTask(Task):
 
     def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
         c = self.config
-        tx = optax.chain(optax.clip_by_global_norm(c.clip_norm), optax.scale_by_adam(),
+        tx = optax.chain(clip_by_global_norm(c.clip_norm), optax.scale_by_adam(),
                          optax.add_decayed_weights(c.weight_decay),
                          scale_by_budget_schedule(c.lr, 0, max(total_steps, 1),
                                                   decay_fraction=1.0, warmup_fraction=c.warmup))

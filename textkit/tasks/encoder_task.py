@@ -41,7 +41,7 @@ from textkit.pretrained.files import read_config
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, Params, Task, TaskConfig
 from textkit.training.loop import FitConfig
-from textkit.training.optim import learning_rate_of, with_loss_scaling
+from textkit.training.optim import clip_by_global_norm, learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
 from textkit.training.schedules import scale_by_budget_schedule
 
@@ -147,7 +147,7 @@ def adamw(params: Params, *, learning_rate: float, total_steps: int, warmup: flo
     budget stops the run, warm-up included); ``layer_decay`` multiplies the rate of depth ``d``
     (``layer_depths``) by ``layer_decay ** (num_layers + 1 - d)``; dynamic loss scaling by
     ``policy``."""
-    parts = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
+    parts = [clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
     parts += [optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-6),
               optax.add_decayed_weights(weight_decay, mask=_decays)]
     if layer_decay is not None:

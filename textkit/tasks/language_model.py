@@ -48,7 +48,12 @@ from textkit.training import train_step as steps
 from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import perplexity
-from textkit.training.optim import learning_rate_of, with_learning_rate, with_loss_scaling
+from textkit.training.optim import (
+    clip_by_global_norm,
+    learning_rate_of,
+    with_learning_rate,
+    with_loss_scaling,
+)
 from textkit.training.run_dir import RunDir
 from textkit.training.schedules import scale_by_budget_schedule
 from textkit.training.train_step import CompiledStep, TrainState
@@ -278,7 +283,7 @@ def lm_optimizer(name: str, learning_rate: float, *, clip_norm: float | None = N
     if clip_norm is not None:
         if clip_norm <= 0:
             raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")
-        inner = optax.chain(optax.clip_by_global_norm(clip_norm), inner)
+        inner = optax.chain(clip_by_global_norm(clip_norm), inner)
     return with_loss_scaling(inner, policy), lambda state: learning_rate_of(state.opt_state)
 
 

@@ -82,7 +82,7 @@ from textkit.tasks.pretraining_objectives import (
     pretraining_loss,
 )
 from textkit.training.loop import FitConfig
-from textkit.training.optim import learning_rate_of, with_loss_scaling
+from textkit.training.optim import clip_by_global_norm, learning_rate_of, with_loss_scaling
 from textkit.training.schedules import scale_by_budget_schedule
 
 __all__ = ["OBJECTIVES", "PretrainingConfig", "PretrainingTask", "special_ids"]
@@ -450,7 +450,7 @@ class PretrainingTask(Task):
 
     def optimizer(self, total_steps: int) -> tuple[optax.GradientTransformation, LearningRate]:
         c = self.config
-        parts = [optax.clip_by_global_norm(c.clip_norm)] if c.clip_norm else []
+        parts = [clip_by_global_norm(c.clip_norm)] if c.clip_norm else []
         parts += [optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-6),
                   optax.add_decayed_weights(c.weight_decay, mask=lambda params: jax.tree.map(
                       lambda p: p.ndim >= 2, params))]

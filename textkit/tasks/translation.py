@@ -69,7 +69,13 @@ from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
 from textkit.training.metrics import corpus_bleu
-from textkit.training.optim import ema, ema_params_of, learning_rate_of, with_loss_scaling
+from textkit.training.optim import (
+    clip_by_global_norm,
+    ema,
+    ema_params_of,
+    learning_rate_of,
+    with_loss_scaling,
+)
 from textkit.training.run_dir import RunDir, find_run
 from textkit.training.schedules import inverse_sqrt_schedule, scale_by_budget_schedule
 from textkit.training.train_step import TrainStep
@@ -289,7 +295,7 @@ def seq2seq_optimizer(lr: float, warmup_steps: int, clip_norm: float,
         learning_rate = lambda state: learning_rate_of(state.opt_state)
     else:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    links = [optax.clip_by_global_norm(clip_norm), core]
+    links = [clip_by_global_norm(clip_norm), core]
     if ema_decay:
         links.append(ema(ema_decay))
     return with_loss_scaling(optax.chain(*links), policy), learning_rate

@@ -7,6 +7,9 @@
   policy needs dynamic loss scaling;
 * ``freeze(tx, trainable)``: ``tx`` on the trainable leaves only, zero updates and no state for
   the others (frozen embedding tables);
+* ``clip_by_global_norm(max_norm)``: optax's clipping as one multiply by a scalar, which
+  XLA fuses into the optimizer's moment updates (optax's select writes a clipped copy of every
+  gradient first, one more pass over all parameters);
 * ``max_norm(limit)``: Kim's (2014) l2 constraint on the output layer as the last link;
 * ``ema(decay)``: an exponential moving average of the parameters kept in the optimizer state
   (so it lives in the train state and its checkpoints); ``ema_params_of`` reads it.
@@ -23,8 +26,8 @@ import optax
 
 from textkit.precision import Policy, dynamic_loss_scale
 
-__all__ = ["EmaState", "ema", "ema_params_of", "freeze", "learning_rate_of", "max_norm",
-           "with_learning_rate", "with_loss_scaling"]
+__all__ = ["EmaState", "clip_by_global_norm", "ema", "ema_params_of", "freeze",
+           "learning_rate_of", "max_norm", "with_learning_rate", "with_loss_scaling"]
 
 
 def learning_rate_of(opt_state: optax.OptState) -> float:
@@ -69,6 +72,23 @@ def freeze(tx: optax.GradientTransformation,
         return jax.tree.map(lambda keep: "train" if keep else "frozen", trainable(params))
 
     return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """Scale all updates by ``min(1, max_norm / global_norm(updates))``: optax's
+    ``clip_by_global_norm`` (equal within float rounding; a non-finite norm gives non-finite
+    updates, as there), written as a scalar multiply so that XLA fuses it into the next link's
+    elementwise pass instead of writing a clipped copy of every gradient."""
+    if max_norm <= 0:
+        raise ValueError(f"clip_by_global_norm needs max_norm > 0, got {max_norm}")
+
+    def update_fn(updates: Any, state: optax.EmptyState, params: Any = None):
+        del params
+        norm = optax.global_norm(updates)
+        scale = jnp.minimum(1.0, max_norm / norm)          # inf (then 1) for a zero norm
+        return jax.tree_util.tree_map(lambda u: u * scale.astype(u.dtype), updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
 def max_norm(limit: float, layer: str = "output") -> optax.GradientTransformation:
