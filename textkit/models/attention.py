@@ -72,10 +72,19 @@ def position_mask(positions: Array, max_length: int) -> Array:
     return (jnp.arange(max_length)[None, :] <= positions[:, None])[:, None, None, :]
 
 
-def window_mask(length: int, window: int) -> Array:
-    """Local-attention band bool[1, 1, length, length]: True where ``|i - j| <= window``."""
+def window_mask(length: int, window: int, queries: Array | None = None) -> Array:
+    """Local-attention band bool[1, 1, length, length]: True where ``|i - j| <= window``;
+    with ``queries`` int[N, Q] (the query rows' positions) bool[N, 1, Q, length]."""
     index = np.arange(length)
+    if queries is not None:
+        return (jnp.abs(queries[:, :, None] - index) <= window)[:, None]
     return jnp.asarray(np.abs(index[:, None] - index[None, :]) <= window)[None, None]
+
+
+def take_rows(x: Array, rows: Array) -> Array:
+    """The rows of x [N, T, ...] at ``rows`` int[N, Q] -> [N, Q, ...]."""
+    index = rows.reshape(*rows.shape, *(1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, index, axis=1)
 
 
 def rotary(x: Array, positions: Array, theta: float) -> Array:
@@ -138,27 +147,37 @@ def relative_positions(length: int, buckets: int, max_distance: int) -> np.ndarr
 
 
 def disentangled_bias(query: Array, key: Array, pos_query: Array | None, pos_key: Array | None,
-                      spec: Disentangled) -> Array:
+                      spec: Disentangled, queries: Array | None = None) -> Array:
     """DeBERTa's relative score terms (unscaled by sqrt(Dh); ``Disentangled.scale`` applied).
 
-    query, key float32 [B, H, T, Dh]; pos_query / pos_key float32 [H, 2 * span, Dh] (the
-    projected relative-position embeddings; None where ``spec.kinds`` does not use them) ->
-    float32 [B, H, T, T]: c2p ``q_i . pos_key[d(i, j)]`` plus p2c ``k_j . pos_query[d'(j, i)]``
-    with ``d = clip(rel + span)`` and ``d' = clip(-rel + span)`` over ``[0, 2 * span)``.
+    query float32 [B, H, Q, Dh], key float32 [B, H, T, Dh] (Q == T unless ``queries``
+    int[B, Q] gives the query rows' positions); pos_query / pos_key float32 [H, 2 * span, Dh]
+    (the projected relative-position embeddings; None where ``spec.kinds`` does not use them)
+    -> float32 [B, H, Q, T]: c2p ``q_i . pos_key[d(i, j)]`` plus p2c ``k_j . pos_query[d'(j, i)]``
+    with ``d = clip(rel(i, j) + span)`` and ``d' = clip(-rel(j, i) + span)`` over
+    ``[0, 2 * span)``.
     """
-    length, span = query.shape[2], spec.span
+    length, span = key.shape[2], spec.span
     rel = relative_positions(length, spec.buckets, spec.max_distance)
     scale = np.float32(spec.scale / np.sqrt(query.shape[-1]))
-    bias = jnp.zeros((*query.shape[:2], length, length), jnp.float32)
+    shape = (*query.shape[:3], length)
+    bias = jnp.zeros(shape, jnp.float32)
     if "c2p" in spec.kinds:
-        index = np.clip(rel + span, 0, 2 * span - 1)
+        rows = rel if queries is None else jnp.asarray(rel)[queries][:, None]   # [B, 1, Q, T]
+        index = jnp.clip(rows + span, 0, 2 * span - 1)
         scores = jnp.einsum("bhqd,hrd->bhqr", query, pos_key)
-        bias = bias + jnp.take_along_axis(scores, jnp.broadcast_to(index, bias.shape), axis=-1)
+        bias = bias + jnp.take_along_axis(scores, jnp.broadcast_to(index, shape), axis=-1)
     if "p2c" in spec.kinds:
-        index = np.clip(-rel + span, 0, 2 * span - 1)
         scores = jnp.einsum("bhkd,hrd->bhkr", key, pos_query)
-        gathered = jnp.take_along_axis(scores, jnp.broadcast_to(index, bias.shape), axis=-1)
-        bias = bias + jnp.swapaxes(gathered, -1, -2)
+        if queries is None:
+            index = np.clip(-rel + span, 0, 2 * span - 1)
+            gathered = jnp.take_along_axis(scores, jnp.broadcast_to(index, shape), axis=-1)
+            bias = bias + jnp.swapaxes(gathered, -1, -2)
+        else:
+            rows = jnp.asarray(rel.T)[queries][:, None]                        # [B, 1, Q, T]
+            index = jnp.clip(-rows + span, 0, 2 * span - 1)
+            bias = bias + jnp.take_along_axis(jnp.swapaxes(scores, -1, -2),
+                                              jnp.broadcast_to(index, shape), axis=-2)
     return bias * scale
 
 
@@ -336,7 +355,8 @@ class MultiHeadAttention(nn.Module):
                  positions: Array | None = None, beams: int | None = None,
                  depth_major_key: bool = False, deterministic: bool = True,
                  relative_embeddings: Array | None = None,
-                 rotary_positions: Array | None = None) -> Array | tuple[Array, dict[str, Array]]:
+                 rotary_positions: Array | None = None,
+                 queries: Array | None = None) -> Array | tuple[Array, dict[str, Array]]:
         """Attend ``inputs_q`` float32[N, Q, D]; returns float32[N, Q, D].
 
         Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
@@ -353,6 +373,9 @@ class MultiHeadAttention(nn.Module):
         The encoder options take full sequences (no cache): ``rotary_positions`` int[N, Q] are
         the rotary positions (default ``0 .. Q-1``); ``relative_embeddings`` float32
         [2 * span, D] are the relative-position embeddings that ``relative`` needs.
+        ``queries`` int[N, Q'] (self-attention without cache): only the rows of ``inputs_q`` at
+        these positions are queries (keys and values come from every row; ``mask`` is over
+        those queries, broadcastable to [N, H, Q', Q]) -> float32[N, Q', D].
         """
         compute = self.policy.compute_dtype
         depth_major_key = depth_major_key or cache is not None
@@ -361,23 +384,29 @@ class MultiHeadAttention(nn.Module):
             query = self.query(inputs_q)
             key, value = kv
         else:
-            qkv = self.qkv(inputs_q)  # f32 [N, Q, 3, H, Dh]
-            query = qkv[..., 0, :, :]
+            length = inputs_q.shape[1]
+            if queries is None:
+                qkv = self.qkv(inputs_q)  # f32 [N, Q, 3, H, Dh]
+                query, key, value = (qkv[..., i, :, :] for i in range(3))
+            else:
+                query = self.qkv(take_rows(inputs_q, queries), part=slice(0, 1))[..., 0, :, :]
+                kv = self.qkv(inputs_q, part=slice(1, 3))  # f32 [N, Q, 2, H, Dh]
+                key, value = kv[..., 0, :, :], kv[..., 1, :, :]
             if self.rotary_theta is not None:
                 if rotary_positions is None:
-                    rotary_positions = jnp.broadcast_to(jnp.arange(qkv.shape[1]), qkv.shape[:2])
-                query = rotary(query, rotary_positions, self.rotary_theta)
-                qkv = qkv.at[..., 1, :, :].set(rotary(qkv[..., 1, :, :], rotary_positions,
-                                                      self.rotary_theta))
+                    rotary_positions = jnp.broadcast_to(jnp.arange(length), inputs_q.shape[:2])
+                query = rotary(query, rotary_positions if queries is None
+                               else take_rows(rotary_positions, queries), self.rotary_theta)
+                key = rotary(key, rotary_positions, self.rotary_theta)
             if self.window is not None:
-                band = window_mask(qkv.shape[1], self.window)
+                band = window_mask(length, self.window, queries)
                 mask = band if mask is None else mask & band
             if self.relative is not None:
                 pos_query, pos_key = self._relative_projections(relative_embeddings)
-                bias = disentangled_bias(heads_major(query), heads_major(qkv[..., 1, :, :]),
-                                         pos_query, pos_key, self.relative)
+                bias = disentangled_bias(heads_major(query), heads_major(key), pos_query,
+                                         pos_key, self.relative, queries)
             # Keys/values are rounded to the compute dtype as the decoding cache stores them.
-            key, value = (qkv[..., i, :, :].astype(compute) for i in (1, 2))
+            key, value = key.astype(compute), value.astype(compute)
             if cache is not None and beams is not None:
                 cache = update_slot_cache(cache, group_beams(key, beams),
                                           group_beams(value, beams), positions)

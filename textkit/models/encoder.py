@@ -58,6 +58,10 @@ transformers gives it). Every layer is a ``transformer.TransformerLayer`` (atten
 the policy's compute dtype with float32 accumulation, while embeddings, layer norm, softmax and
 logits stay float32; hidden states are returned in the policy's output dtype.
 ``gradient_checkpointing=True`` recomputes each layer in the backward pass (``jax.checkpoint``).
+Where the head reads only the first token (``EncoderConfig.first_token_head``) and no hidden
+states are asked for, the last layer computes that row alone: its query, attention output,
+residual, norms and feed-forward (keys and values from every row; rotary, window and relative
+positions of row 0, so the logits are those of the full computation).
 
 Inputs: ``input_ids`` int[B, T] (``0 <= id < vocab_size``), ``attention_mask`` int/bool[B, T]
 (1 at real tokens; default all ones), ``token_type_ids`` int[B, T] (families with token types;
@@ -236,6 +240,14 @@ class EncoderConfig(ModelConfig):
         return self.embedding_size or self.hidden_size
 
     @property
+    def first_token_head(self) -> bool:
+        """Whether the head reads only the first token of the last hidden states (sequence
+        classification; ModernBERT's only with ``classifier_pooling`` "cls"): the last layer
+        then computes that row alone (``Encoder``)."""
+        return self.head == "sequence_classification" and (
+            self.architecture != "modernbert" or self.classifier_pooling == "cls")
+
+    @property
     def relative(self) -> Disentangled | None:
         """DeBERTa's relative-attention spec (None for the other families)."""
         if self.architecture != "deberta-v2" or not self.relative_attention:
@@ -280,10 +292,10 @@ class _Layer(TransformerLayer):
 
     def __call__(self, x: Array, mask: Array, deterministic: bool = True,  # noqa: D102
                  relative_embeddings: Array | None = None,
-                 rotary_positions: Array | None = None) -> Array:
+                 rotary_positions: Array | None = None, queries: Array | None = None) -> Array:
         return super().__call__(x, mask, deterministic=deterministic,
                                 relative_embeddings=relative_embeddings,
-                                rotary_positions=rotary_positions)
+                                rotary_positions=rotary_positions, queries=queries)
 
 
 _RematLayer = nn.remat(_Layer, static_argnums=(3,))
@@ -407,9 +419,14 @@ class Encoder(nn.Module):
                 relative = self.relative_norm(relative)
         rotary = position_ids if c.architecture == "modernbert" else None
         states = [x]
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             rel = None if relative is None else self.drop(relative, deterministic=deterministic)
-            x = layer(x, mask, deterministic, rel, rotary)
+            if (index == c.num_layers - 1 and c.first_token_head
+                    and not output_hidden_states):                # the first row alone
+                queries = jnp.zeros((x.shape[0], 1), jnp.int32)
+                x = layer(x, mask[:, :, :1], deterministic, rel, rotary, queries)
+            else:
+                x = layer(x, mask, deterministic, rel, rotary)
             states.append(x)
         if c.architecture == "modernbert":
             x = states[-1] = self.final_norm(x)

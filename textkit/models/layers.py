@@ -68,29 +68,42 @@ class Dense(nn.Module):
         return "kernel", tuple(range(self.contract))
 
     @nn.compact
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, part: slice | None = None) -> Array:
+        """x [..., *in_dims] -> float32 [..., *features]; ``part``, a slice of the first
+        feature axis (e.g. the keys and values of a fused query/key/value kernel), computes
+        only those features: [..., len(part), *features[1:]]."""
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
         in_dims = x.shape[x.ndim - self.contract:]
         n_in, n_out = len(in_dims), len(features)
         kernel_init = self.kernel_init or _xavier(n_in, n_out,
                                                   tuple(n_in + a for a in self.batch_axes))
         kernel = self.param("kernel", kernel_init, (*in_dims, *features), self.policy.param_dtype)
+
+        def take(weight: Array) -> Array:          # the part of a weight [..., *features]
+            if part is None:
+                return weight
+            return weight[(slice(None),) * (weight.ndim - n_out) + (part,)]
+
+        kernel = take(kernel)
+        out_dims = kernel.shape[n_in:]
         # Always one plain 2-D matmul [rows, in] x [in, out]: XLA:CPU runs it fastest (a
         # [B, 1, D] decoding step would otherwise get a degenerate-axis layout and a copy of
         # every result).
         rows = x.reshape(-1, math.prod(in_dims))
-        matrix = kernel.reshape(math.prod(in_dims), math.prod(features))
+        matrix = kernel.reshape(math.prod(in_dims), math.prod(out_dims))
         if self.has_variable("params", "kernel_scale"):  # kernels.quantize_int8
-            scale = self.get_variable("params", "kernel_scale")
-            y = int8_matmul(rows, matrix, scale.reshape(-1), weight_sum=self._kernel_sum())
+            scale = take(self.get_variable("params", "kernel_scale"))
+            weight_sum = None
+            if self.has_variable("params", "kernel_sum"):
+                weight_sum = take(self.get_variable("params", "kernel_sum")).reshape(-1)
+            y = int8_matmul(rows, matrix, scale.reshape(-1), weight_sum=weight_sum)
         else:
             y = mixed_einsum("za,ab->zb", rows, matrix, self.policy.compute_dtype)
-        y = y.reshape(*x.shape[:x.ndim - self.contract], *features)
+        y = y.reshape(*x.shape[:x.ndim - self.contract], *out_dims)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
-            y = y + bias.astype(jnp.float32)
+            y = y + take(bias).astype(jnp.float32)
         return y
-
 
     def _kernel_sum(self) -> Array | None:
         """The uint8 carrier's column sums of the int8 kernel, flat [out] (None otherwise)."""

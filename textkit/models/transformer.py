@@ -33,6 +33,7 @@ from textkit.models.attention import (
     MultiHeadAttention,
     causal_mask,
     padding_mask,
+    take_rows,
 )
 from textkit.models.beam_cache import beam_cache, beam_step_inputs, reorder_beams, resize_cache
 from textkit.models.config import ModelConfig
@@ -170,17 +171,20 @@ class TransformerLayer(nn.Module):
         self.ff_norm = LayerNorm(**norm)
         self.drop = Dropout(self.dropout)
 
-    def _residual(self, x, sublayer, norm, deterministic):
+    def _residual(self, x, sublayer, norm, deterministic, rows=None):
+        """The sub-layer's residual block over x [B, L, D]; ``rows`` int[B, Q]: the sub-layer
+        returns only those rows [B, Q, D], and so does the block."""
+        skip = x if rows is None else take_rows(x, rows)
         if self.pre_norm:
             h = x if norm is None else norm(x)
-            return x + self.drop(sublayer(h), deterministic=deterministic)
-        return norm(x + self.drop(sublayer(x), deterministic=deterministic))
+            return skip + self.drop(sublayer(h), deterministic=deterministic)
+        return norm(skip + self.drop(sublayer(x), deterministic=deterministic))
 
     def __call__(self, x: Array, mask: Array | None, *, memory_kv=None, memory_mask=None,
                  cache: dict[str, Array] | None = None, positions: Array | None = None,
                  beams: int | None = None, deterministic: bool = True,
                  relative_embeddings: Array | None = None,
-                 rotary_positions: Array | None = None):
+                 rotary_positions: Array | None = None, queries: Array | None = None):
         """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
 
         ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``; keys
@@ -188,6 +192,8 @@ class TransformerLayer(nn.Module):
         ``memory_mask`` bool[B, 1, 1, S] their padding mask. ``beams=K``: a beam-search step
         in the slot layout (``textkit.models.attention``), ``mask`` its ancestry mask.
         ``relative_embeddings`` / ``rotary_positions``: the self-attention's encoder options.
+        ``queries`` int[B, Q] (full sequence, no cache): compute only the rows at these
+        positions (keys and values from every row; ``mask`` over those queries) -> [B, Q, D].
         """
         new_cache = None
 
@@ -196,13 +202,13 @@ class TransformerLayer(nn.Module):
             if cache is None:
                 return self.self_attention(h, mask, deterministic=deterministic,
                                            relative_embeddings=relative_embeddings,
-                                           rotary_positions=rotary_positions)
+                                           rotary_positions=rotary_positions, queries=queries)
             out, new_cache = self.self_attention(h, mask, cache=cache, positions=positions,
                                                  beams=beams, deterministic=deterministic)
             return out
 
         x = self._residual(x, self_attend, self.self_norm if self.attention_norm else None,
-                           deterministic)
+                           deterministic, queries)
         if self.cross:
             x = self._residual(
                 x, lambda h: self.cross_attention(h, memory_mask, kv=memory_kv, beams=beams,
