@@ -25,15 +25,28 @@ def test_string_grammar_round_trips():
     text = "params=float32,compute=bfloat16,output=float32"
     policy = Policy.parse(text)
     assert policy == Policy.parse("mixed_bfloat16")
-    assert str(policy) == text
+    assert str(policy) == text + ",activations=bfloat16"
+    assert Policy.parse(str(policy)) == policy
     assert Policy.parse(str(Policy.parse("mixed_float16"))) == Policy.parse("mixed_float16")
     assert Policy.parse(" Params = f32 , compute=fp16 ") == Policy(jnp.float32, jnp.float16)
     assert Policy.parse(policy) is policy
     assert hash(policy) == hash(Policy.parse(text))   # usable as a static jit argument
 
 
+def test_activations_default_to_the_compute_dtype_and_can_stay_float32():
+    assert Policy.parse("mixed_bfloat16").activation_dtype == jnp.bfloat16
+    assert Policy.parse("mixed_float16").activation_dtype == jnp.float16
+    assert Policy().activation_dtype == jnp.float32
+    kept = Policy.parse("mixed_bfloat16,activations=float32")
+    assert (kept.param_dtype, kept.compute_dtype, kept.output_dtype, kept.activation_dtype) == (
+        jnp.float32, jnp.bfloat16, jnp.float32, jnp.float32)
+    assert Policy.parse(str(kept)) == kept and kept != Policy.parse("mixed_bfloat16")
+    assert Policy.parse("mixed_bfloat16, a=f32") == kept
+
+
 @pytest.mark.parametrize("bad", ["float64", "mixed", "params=float32,compute=int8",
-                                 "weights=float32"])
+                                 "weights=float32", "mixed_bfloat16,float32",
+                                 "activations=float32,mixed_bfloat16"])
 def test_bad_specs_name_what_was_expected(bad):
     with pytest.raises(ValueError, match="expected"):
         Policy.parse(bad)
@@ -63,3 +76,32 @@ def test_mask_value_is_finite_with_headroom(dtype):
     softmax = np.asarray(
         jnp.exp(jnp.asarray([0.0, mask_value(dtype)], jnp.float32)), np.float32)
     assert softmax[1] == 0.0
+
+
+@pytest.mark.parametrize("spec, activations", [("mixed_bfloat16", jnp.bfloat16),
+                                               ("mixed_float16", jnp.float16),
+                                               ("mixed_bfloat16,activations=float32",
+                                                jnp.float32)])
+def test_mixed_policies_carry_16_bit_activations_and_float32_logits(spec, activations):
+    """Between layers (the residual stream, norms, feed-forward) the activation dtype; the
+    logits and the model's outputs float32."""
+    import jax
+
+    from textkit.models import get_model
+    from textkit.models.transformer import TransformerLayer
+
+    policy = Policy.parse(spec)
+    layer = TransformerLayer(d_model=16, num_heads=2, d_ff=32, policy=policy)
+    x = jnp.ones((2, 5, 16), activations)
+    params = layer.init(jax.random.PRNGKey(0), x, None)
+    assert layer.apply(params, x, None).dtype == activations
+    model = get_model("bert_tiny", head="sequence_classification", vocab_size=50,
+                      policy=policy, num_layers=1)
+    ids = jnp.ones((2, 6), jnp.int32)
+    variables = model.init(jax.random.PRNGKey(0), ids)
+    hidden = model.apply(variables, ids, output_hidden_states=True)
+    assert hidden["logits"].dtype == jnp.float32
+    _, state = model.apply(variables, ids, capture_intermediates=True,
+                           mutable=["intermediates"])
+    inner = state["intermediates"]["layer_0"]["feed_forward"]["wi"]["__call__"][0]
+    assert inner.dtype == activations

@@ -187,7 +187,7 @@ class _SentenceClassifier(nn.Module):
         # A tiny matmul: computed in float32; LeCun-normal kernel as flax's nn.Dense.
         policy = dataclasses.replace(cfg.policy, compute_dtype=jnp.float32)
         return Dense(cfg.num_classes, policy, kernel_init=nn.initializers.lecun_normal(),
-                     name="output")(features)
+                     name="output", dtype=jnp.float32)(features)
 
 
 class TextCNN(_SentenceClassifier):

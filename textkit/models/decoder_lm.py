@@ -164,7 +164,8 @@ def apply_rotary(x: Array, positions: Array, inverse: np.ndarray) -> Array:
 
 class RMSNorm(nn.Module):
     """``x / rms(x) * (offset + scale)`` in float32 over the last axis (``offset`` 1: Gemma's
-    ``1 + w`` with its weights stored around 0). x float[..., D] -> float32 [..., D]."""
+    ``1 + w`` with its weights stored around 0). x float[..., D] -> [..., D] in the
+    activation dtype."""
 
     policy: Policy = Policy()
     epsilon: float = 1e-6
@@ -176,7 +177,8 @@ class RMSNorm(nn.Module):
         scale = self.param("scale", init, (x.shape[-1],), self.policy.param_dtype)
         x = x.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.epsilon)
-        return x * (np.float32(self.offset) + scale.astype(jnp.float32))
+        y = x * (np.float32(self.offset) + scale.astype(jnp.float32))
+        return y.astype(self.policy.activation_dtype)
 
 
 def _norm(config: DecoderLMConfig, name: str) -> nn.Module:
@@ -305,7 +307,8 @@ class DecoderLM(nn.Module):
         self.layers = [DecoderLayer(c, name=f"layer_{i}") for i in range(c.num_layers)]
         self.final_norm = _norm(c, "final_norm")
         if not c.tie_embeddings:
-            self.lm_head = Dense(c.vocab_size, policy=c.policy, use_bias=False)
+            self.lm_head = Dense(c.vocab_size, policy=c.policy, use_bias=False,
+                                 dtype=jnp.float32)
         self.drop = Dropout(c.dropout)
 
     def _inputs(self, tokens: Array, positions: Array, deterministic: bool) -> Array:

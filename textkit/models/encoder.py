@@ -350,16 +350,16 @@ class Encoder(nn.Module):
                                            p.param_dtype)
         elif head == "pretraining":
             self.discriminator_dense = Dense(c.hidden_size, policy=p)
-            self.discriminator_prediction = Dense(1, policy=p)
+            self.discriminator_prediction = Dense(1, policy=p, dtype=jnp.float32)
         elif head != "model":
             if modern or (head == "sequence_classification" and c.architecture != "bert"):
                 self.classifier_dense = Dense(c.hidden_size, **head_dense)
             if modern:
                 self.classifier_norm = LayerNorm(p, c.layer_norm_epsilon, use_bias=c.norm_bias)
             if head == "question_answering":
-                self.qa_outputs = Dense(2, policy=p)
+                self.qa_outputs = Dense(2, policy=p, dtype=jnp.float32)
             else:
-                self.classifier = Dense(c.num_labels, policy=p)
+                self.classifier = Dense(c.num_labels, policy=p, dtype=jnp.float32)
 
     def embed(self, input_ids: Array, token_type_ids: Array | None = None,
               position_ids: Array | None = None, *, deterministic: bool = True,

@@ -199,13 +199,14 @@ class GNMT(nn.Module):
         else:
             self.attention = RecurrentAttention(cfg.attention, cfg.hidden_size, pol)
         if cfg.bridge:
-            self.bridge = Dense((cfg.num_decoder_layers, 2, cfg.hidden_size), pol)
+            self.bridge = Dense((cfg.num_decoder_layers, 2, cfg.hidden_size), pol,
+                               dtype=jnp.float32)
         if cfg.tie_output:
             self.output_hidden = Dense(cfg.embed_size, pol)
             self.output_bias = self.param("output_bias", nn.initializers.zeros,
                                           (cfg.tgt_vocab_size,), jnp.float32)
         else:
-            self.output_projection = Dense(cfg.tgt_vocab_size, pol)
+            self.output_projection = Dense(cfg.tgt_vocab_size, pol, dtype=jnp.float32)
         self.dropout = Dropout(cfg.dropout)
 
     def _target_table(self) -> jax.Array:

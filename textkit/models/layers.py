@@ -4,9 +4,13 @@
 
 Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; every matmul casts
 both operands to ``policy.compute_dtype`` and accumulates into a float32 result
-(``kernels.mixed_einsum``, which also keeps the backward matmuls in the compute dtype). The
-residual stream, layer norm and everything else stays float32. ``Dense`` and ``Embed`` are the
-``kernels.Int8Layer``s that ``kernels.quantize_int8`` makes int8 for CPU inference.
+(``kernels.mixed_einsum``, which also keeps the backward matmuls in the compute dtype). ``Dense``
+(bias added in float32), ``Embed`` and ``LayerNorm`` (statistics in float32) return
+``policy.activation_dtype`` (the compute dtype unless the policy says ``activations=float32``),
+so the residual stream and the elementwise work between layers move 16-bit values under the
+mixed policies; logits (``Embed.attend``, a ``Dense`` with ``dtype=float32``) stay float32.
+``Dense`` and ``Embed`` are the ``kernels.Int8Layer``s that ``kernels.quantize_int8`` makes
+int8 for CPU inference.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ def uniform_init(scale: float) -> Initializer:
 class Dense(nn.Module):
     """Affine map contracting the last ``contract`` input axes into ``features``.
 
-    ``x`` [..., *in_dims] (any float dtype) -> float32 [..., *features]. The kernel has shape
+    ``x`` [..., *in_dims] (any float dtype) -> [..., *features] in ``dtype`` (None: the
+    policy's activation dtype; float32 for logits and recurrent states). The kernel has shape
     [*in_dims, *features] in ``policy.param_dtype``; ``batch_axes`` are kernel axes (counted
     among the feature axes) that hold independent projections, e.g. the 3 of a fused
     query/key/value kernel [d_model, 3, heads, head_dim], so each gets its own init fan.
@@ -61,6 +66,7 @@ class Dense(nn.Module):
     contract: int = 1
     batch_axes: tuple[int, ...] = ()
     kernel_init: Initializer | None = None
+    dtype: Any = None
 
     @nn.nowrap
     def int8_weight(self) -> tuple[str, tuple[int, ...]]:
@@ -69,7 +75,7 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, part: slice | None = None) -> Array:
-        """x [..., *in_dims] -> float32 [..., *features]; ``part``, a slice of the first
+        """x [..., *in_dims] -> [..., *features] (``dtype``); ``part``, a slice of the first
         feature axis (e.g. the keys and values of a fused query/key/value kernel), computes
         only those features: [..., len(part), *features[1:]]."""
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
@@ -103,7 +109,7 @@ class Dense(nn.Module):
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
             y = y + take(bias).astype(jnp.float32)
-        return y
+        return y.astype(self.dtype or self.policy.activation_dtype)
 
     def _kernel_sum(self) -> Array | None:
         """The uint8 carrier's column sums of the int8 kernel, flat [out] (None otherwise)."""
@@ -165,7 +171,8 @@ def lookup(table: Array, ids: Array, what: str = "token ids",
 class Embed(nn.Module):
     """Token embedding with an ``attend`` method for tied output logits.
 
-    ``__call__(ids int[...]) -> float32 [..., features]`` (optionally times sqrt(features); ids
+    ``__call__(ids int[...]) -> [..., features]`` in the activation dtype (optionally times
+    sqrt(features); ids
     in ``[0, num_embeddings)``, see ``lookup``);
     ``attend(x float[..., features]) -> float32 [..., num_embeddings]`` computed in the compute
     dtype with float32 accumulation (``attend_t``: the same of rows [N, features], as [V, N]).
@@ -198,7 +205,7 @@ class Embed(nn.Module):
             x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
             x = x * np.float32(np.sqrt(self.features))
-        return x
+        return x.astype(self.policy.activation_dtype)
 
     def attend(self, x: Array) -> Array:
         if self.quantized:
@@ -227,7 +234,8 @@ def log_softmax(logits: Array) -> Array:
 
 
 class LayerNorm(nn.Module):
-    """Layer norm computed in float32 (scale and bias in param dtype): float32 [..., D].
+    """Layer norm computed in float32 (scale and bias in param dtype): [..., D] in the
+    activation dtype.
     ``use_bias=False``: scale only (ModernBERT's ``norm_bias: false``)."""
 
     policy: Policy = Policy()
@@ -236,9 +244,9 @@ class LayerNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32, use_bias=self.use_bias,
-                            param_dtype=self.policy.param_dtype, name="norm")(
-            x.astype(jnp.float32))
+        y = nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32, use_bias=self.use_bias,
+                         param_dtype=self.policy.param_dtype, name="norm")(x.astype(jnp.float32))
+        return y.astype(self.policy.activation_dtype)
 
 
 def sinusoidal_positions(length: int, dim: int, layout: str = "textkit") -> np.ndarray:
@@ -269,7 +277,7 @@ class PositionEmbedding(nn.Module):
     """Adds position information: ``kind`` "sinusoidal" (fixed), "sinusoidal_marian" (fixed,
     Marian's frequencies, see ``sinusoidal_positions``) or "learned" ([max_len, dim]).
 
-    ``__call__(x float32[B, T, D], positions int32[B, T]) -> float32[B, T, D]``.
+    ``__call__(x float[B, T, D], positions int32[B, T]) -> [B, T, D]`` in x's dtype.
     """
 
     kind: str
@@ -290,7 +298,7 @@ class PositionEmbedding(nn.Module):
 
     def __call__(self, x: Array, positions: Array) -> Array:
         rows = lookup(self.table, positions, "positions", "the max_len positions")
-        return x + rows.astype(jnp.float32)
+        return x + rows.astype(x.dtype)
 
 
 _UNIFORM_LEVELS = 2 ** 16
@@ -368,7 +376,8 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 
 
 class FeedForward(nn.Module):
-    """Position-wise ``Dense(d_ff) -> activation -> dropout -> Dense(d_model)``: float32 [..., D].
+    """Position-wise ``Dense(d_ff) -> activation -> dropout -> Dense(d_model)``: [..., D] in the
+    activation dtype.
 
     ``activation`` is a key of ``ACTIVATIONS`` (default "relu"). ``gated``: a gated linear unit
     (ModernBERT's GeGLU), ``wi`` [D, 2, d_ff] gives an input and a gate, ``act(input) * gate``;

@@ -148,7 +148,7 @@ class _RecurrentLM(nn.Module):
         """``x [B,T,H_last]`` -> logits float32 ``[B,T,V]`` (tied to ``embedding`` or not)."""
         cfg = self.config
         if not cfg.tie_weights:
-            return Dense(cfg.vocab_size, cfg.policy, name="output")(x)
+            return Dense(cfg.vocab_size, cfg.policy, name="output", dtype=jnp.float32)(x)
         if x.shape[-1] != cfg.embed_size:
             x = Dense(cfg.embed_size, cfg.policy, use_bias=False,
                             name="tied_projection")(x)

@@ -257,7 +257,8 @@ class Transformer(nn.Module):
             self.encoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
             self.decoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
         if not c.tie_output:
-            self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False)
+            self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False,
+                                dtype=jnp.float32)
         if c.final_logits_bias:
             self.logits_bias = self.param("final_logits_bias", nn.initializers.zeros,
                                           (c.tgt_vocab_size,), c.policy.param_dtype)

@@ -69,7 +69,8 @@ class TransformerLM(nn.Module):
         if c.pre_norm:
             self.final_norm = LayerNorm(c.policy)
         if not c.tie_output:
-            self.output = Dense(c.vocab_size, policy=c.policy, use_bias=False)
+            self.output = Dense(c.vocab_size, policy=c.policy, use_bias=False,
+                                dtype=jnp.float32)
         self.drop = Dropout(c.dropout)
 
     def _logits(self, x: Array) -> Array:

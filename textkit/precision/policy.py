@@ -1,4 +1,4 @@
-"""Mixed-precision policy: which dtype parameters, computation and outputs use.
+"""Mixed-precision policy: which dtype parameters, computation, activations and outputs use.
 
 A ``Policy`` is a frozen dataclass (hashable, usable in a model config and as a static jit
 argument). String forms::
@@ -7,10 +7,14 @@ argument). String forms::
     Policy.parse("mixed_bfloat16")   # params float32, compute bfloat16, output float32
     Policy.parse("mixed_float16")    # params float32, compute float16, output float32
     Policy.parse("float32")          # everything float32
+    Policy.parse("mixed_bfloat16,activations=float32")   # a short name with one field changed
 
 Rule of use in textkit models: parameters are stored in ``param_dtype``; matmul/conv inputs are
-cast to ``compute_dtype`` (accumulating in float32); layer norm, softmax, logits and losses run
-in float32; the model's returned values are cast to ``output_dtype``.
+cast to ``compute_dtype`` (accumulating in float32); the activations between layers (``Dense``
+and embedding outputs, the residual stream, layer-norm outputs, elementwise work) are
+``activation_dtype``, by default the compute dtype (``activations=float32`` keeps them float32);
+norm statistics, softmax, logits and losses run in float32; the model's returned values are cast
+to ``output_dtype``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ _SHORT_NAMES = {
 }
 _KEYS = {"params": "param_dtype", "param": "param_dtype", "p": "param_dtype",
          "compute": "compute_dtype", "c": "compute_dtype",
-         "output": "output_dtype", "o": "output_dtype"}
+         "output": "output_dtype", "o": "output_dtype",
+         "activations": "activation_dtype", "a": "activation_dtype"}
 
 
 def _dtype(name: str) -> Any:
@@ -49,35 +54,45 @@ def _dtype(name: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """Three dtypes: parameters, computation, outputs (all numpy/jnp dtype classes)."""
+    """Four dtypes: parameters, computation, outputs and activations (numpy/jnp dtype
+    classes); ``activation_dtype`` None means the compute dtype."""
 
     param_dtype: Any = jnp.float32
     compute_dtype: Any = jnp.float32
     output_dtype: Any = jnp.float32
+    activation_dtype: Any = None
+
+    def __post_init__(self):
+        if self.activation_dtype is None:
+            object.__setattr__(self, "activation_dtype", self.compute_dtype)
 
     @classmethod
     def parse(cls, spec: str | Policy) -> Policy:
-        """Build a policy from a short name or ``"params=..,compute=..,output=.."``."""
+        """Build a policy from a short name, ``"params=..,compute=..,output=..,activations=.."``
+        (unnamed fields float32; activations: the compute dtype), or a short name followed by
+        such fields (``"mixed_bfloat16,activations=float32"``)."""
         if isinstance(spec, Policy):
             return spec
-        text = spec.strip().lower()
-        if text in _SHORT_NAMES:
-            p, c, o = _SHORT_NAMES[text]
-            return cls(_dtype(p), _dtype(c), _dtype(o))
+        parts = [part.strip() for part in spec.strip().lower().split(",")]
         fields: dict[str, Any] = {}
-        for part in text.split(","):
+        if parts[0] in _SHORT_NAMES:
+            names = dict(zip(("param_dtype", "compute_dtype", "output_dtype"),
+                             _SHORT_NAMES[parts.pop(0)]))
+            fields = {field: _dtype(name) for field, name in names.items()}
+        for part in parts:
             key, sep, value = part.partition("=")
             if not sep or key.strip() not in _KEYS:
                 raise ValueError(
                     f"cannot parse precision policy {spec!r}: expected a short name "
-                    f"{sorted(_SHORT_NAMES)} or 'params=<dtype>,compute=<dtype>,output=<dtype>'")
+                    f"{sorted(_SHORT_NAMES)} and / or 'params=<dtype>,compute=<dtype>,"
+                    f"output=<dtype>,activations=<dtype>'")
             fields[_KEYS[key.strip()]] = _dtype(value)
         return cls(**fields)
 
     def __str__(self) -> str:
-        dtypes = (self.param_dtype, self.compute_dtype, self.output_dtype)
+        dtypes = (self.param_dtype, self.compute_dtype, self.output_dtype, self.activation_dtype)
         names = [np.dtype(d).name for d in dtypes]
-        return "params={},compute={},output={}".format(*names)
+        return "params={},compute={},output={},activations={}".format(*names)
 
     @property
     def needs_loss_scaling(self) -> bool:
@@ -92,6 +107,9 @@ class Policy:
 
     def cast_to_output(self, tree: Any) -> Any:
         return cast_floating(tree, self.output_dtype)
+
+    def cast_to_activation(self, tree: Any) -> Any:
+        return cast_floating(tree, self.activation_dtype)
 
 
 def cast_floating(tree: Any, dtype: Any) -> Any:
