@@ -282,7 +282,10 @@ def fit(
     start of every epoch) ``train_step(state, batch, carry) -> (state, carry, metrics)``;
     ``metrics`` holds ``loss`` (and ``loss_scale`` under loss scaling). ``loader`` is iterable
     once per epoch, has ``len``, and with ``state_dict``/``load_state_dict`` resumes mid-epoch
-    (otherwise a run resumed mid-epoch starts the next epoch).
+    (otherwise a run resumed mid-epoch starts the next epoch). Each batch is placed
+    (``to_device``, then its numpy arrays with the step's ``batch_sharding``) while the step
+    before it runs; checkpoints count it as consumed only once stepped on, and a run that stops
+    mid-epoch hands it back to the loader.
 
     ``evaluate(state) -> {name: value}`` runs every ``config.eval_every`` steps, after each
     epoch when ``config.eval_each_epoch``, and at the end; each result is a
