@@ -96,6 +96,39 @@ def test_stream_pieces_join_to_the_generated_text():
     assert [pieces[i] for i in range(4)] == [g.text for g in whole]
 
 
+def test_batches_run_one_ahead_and_equal_each_batch_generated_alone(monkeypatch):
+    """Seven prompts in four batches: batch n + 1 is dispatched before batch n is read back,
+    and every output (greedy, sampled, beam, streamed) equals that of its batch generated in
+    a call of its own, where nothing runs ahead."""
+    pretrained, ref = loaded("qwen2"), reference("qwen2")
+    prompts = ref["prompts"][:7]
+    generator = Generator.from_pretrained(pretrained, max_new_tokens=6, batch_size=2)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))   # longest first
+    batches = [order[k:k + 2] for k in range(0, len(order), 2)]
+    for options in ({}, {"do_sample": True, "top_k": 20}, {"num_beams": 2}):
+        together = generator.generate(pretrained.params, prompts, seed=5, **options)
+        alone = {}
+        for number, batch in enumerate(batches):
+            alone.update(zip(batch, generator.generate(
+                pretrained.params, [prompts[i] for i in batch], seed=5 + number, **options)))
+        assert together == [alone[i] for i in range(len(prompts))], options
+    pieces = {i: "" for i in range(len(prompts))}
+    for index, piece in generator.generate_stream(pretrained.params, prompts, chunk_size=2):
+        pieces[index] += piece
+    greedy = generator.generate(pretrained.params, prompts)
+    assert [pieces[i] for i in range(len(prompts))] == [g.text for g in greedy]
+
+    events = []
+    dispatch, collect = generator._dispatch_batch, generator._collect_batch
+    monkeypatch.setattr(generator, "_dispatch_batch",
+                        lambda *a: events.append("dispatch") or dispatch(*a))
+    monkeypatch.setattr(generator, "_collect_batch",
+                        lambda *a: events.append("read") or collect(*a))
+    assert generator.generate(pretrained.params, prompts) == greedy
+    assert events == ["dispatch", "dispatch", "read", "dispatch", "read", "dispatch", "read",
+                      "read"]
+
+
 def test_sampling_is_seeded_and_filters_as_transformers():
     pretrained = loaded("llama")
     generator = Generator.from_pretrained(pretrained, max_new_tokens=6, batch_size=2,

@@ -37,7 +37,7 @@ def loss_fn(params, batch, rng):
 
 
 def make_loader(num: int = 48, batch_size: int = 4, bad_sample: int | None = None,
-                value: float = np.nan) -> DataLoader:
+                value: float = np.nan, num_workers: int = 0) -> DataLoader:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(num, DIM)).astype(np.float32)
     y = (x @ np.arange(1, DIM + 1, dtype=np.float32)).astype(np.float32)
@@ -50,7 +50,7 @@ def make_loader(num: int = 48, batch_size: int = 4, bad_sample: int | None = Non
     def batchify(items, shape=None):
         return {"x": np.stack([a for a, _ in items]), "y": np.stack([b for _, b in items])}
 
-    return DataLoader(samples, sampler, batchify)
+    return DataLoader(samples, sampler, batchify, num_workers=num_workers)
 
 
 def start(optimizer=None):
@@ -290,3 +290,70 @@ def test_throughput_leaves_out_the_compiling_step():
     assert progress.tokens_per_s == pytest.approx(20 / (progress.train_s - progress.compile_s))
     only_compiling = Progress(train_s=2.0, compile_s=2.0, tokens=8.0, compile_tokens=8.0)
     assert only_compiling.tokens_per_s == 4.0          # nothing else ran: the steps it has
+
+
+class CountingLoader:
+    """``loader``'s batches, counting those handed out (``taken``); not resumable."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader, self.taken = loader, 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            self.taken += 1
+            yield batch
+
+
+def test_fit_prefetches_one_batch_to_the_device_in_loader_order():
+    """The step sees the loader's batches in order, each already a device array, and the
+    next batch is taken from the loader before the step on the current one is called."""
+    loader = CountingLoader(make_loader(num_workers=2))
+    seen, taken = [], []
+
+    def step(state, batch):
+        assert all(isinstance(x, jax.Array) for x in batch.values())
+        seen.append(np.asarray(batch["x"]))
+        taken.append(loader.taken)
+        return state, {"loss": jnp.float32(0.0), "tokens": jnp.float32(batch["x"].shape[0])}
+
+    state, _ = start()
+    result = fit(state, step, loader, FitConfig(epochs=2, log_every=5))
+    reference = make_loader()
+    expected = [b["x"] for b in reference] + [b["x"] for b in reference]   # epochs 0 and 1
+    assert result.progress.epoch == 2 and len(seen) == len(expected) == 2 * 12
+    for got, want in zip(seen, expected):
+        np.testing.assert_array_equal(got, want)
+    per_epoch = [min(k + 1, 12) for k in range(1, 13)]   # one ahead, none past the epoch
+    assert taken == per_epoch + [12 + k for k in per_epoch]
+
+
+def test_a_stop_mid_epoch_hands_the_prefetched_batch_back():
+    loader = make_loader(num_workers=2)
+    state, step = start()
+    fit(state, step, loader, FitConfig(max_steps=5, log_every=2))
+    assert loader.state_dict()["position"] == 5 and loader.state_dict()["epoch"] == 0
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path, num_workers):
+    """Stopped at step 5 of 12 (its checkpoint saved with batch 6 already prefetched), then
+    resumed to step 30 across two epoch ends: the same batches, the same parameters."""
+    def run(save_dir, max_steps, resume=False):
+        state, step = start(optax.adam(0.1))
+        manager = RunDir(save_dir).checkpoint_manager(max_to_keep=2)
+        config = FitConfig(max_steps=max_steps, save_every=4, log_every=3, resume=resume)
+        result = fit(state, step, make_loader(num_workers=num_workers), config,
+                     checkpoints=manager)
+        manager.close()
+        return result
+
+    whole = run(tmp_path / "whole", 30)
+    cut = run(tmp_path / "cut", 5)
+    assert cut.progress.step == 5 and cut.progress.position == 5
+    resumed = run(tmp_path / "cut", 30, resume=True)
+    assert resumed.progress.step == 30 and resumed.progress.epoch == whole.progress.epoch == 2
+    assert resumed.progress.data_crc32 == whole.progress.data_crc32
+    np.testing.assert_allclose(resumed.state.params["w"], whole.state.params["w"], atol=1e-6)

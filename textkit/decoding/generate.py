@@ -16,6 +16,10 @@ slots, not the model's maximum. Then:
 * beam search is ``textkit.decoding.beam_search`` with transformers' finishing rule and length
   penalty ``n ** length_penalty`` over the generated tokens (several EOS ids supported).
 
+Prompts beyond ``batch_size`` run in several batches, one ahead (``textkit.lookahead``): batch
+n + 1 is padded, transferred and dispatched (prefill and first chunk) before batch n is read
+back, so the host's work overlaps the device's; results keep the prompts' order.
+
 Sampling is seeded: the same ``seed`` gives the same tokens. ``generation_config.json``'s keys
 are read as transformers reads them (``GenerationConfig.from_dict``); options textkit does not
 apply at a non-neutral value are named in a ``UserWarning``.
@@ -37,6 +41,7 @@ from jax import lax
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import PyTree, model_step_fn
 from textkit.decoding.filters import NEG_INF, top_k_top_p
+from textkit.lookahead import one_ahead
 
 __all__ = ["Generation", "GenerationConfig", "Generator"]
 
@@ -403,34 +408,62 @@ class Generator:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings (or of token-id lists), "
                             "not one string")
+        if config.num_beams > 1 and stream:
+            raise ValueError("generate_stream streams greedy or sampled output; "
+                             "beam search returns whole hypotheses (use generate)")
         rows = self._prompt_ids(prompts, config)
-        for batch_index, indices in enumerate(self._batches(rows)):
-            batch_rows = [rows[i] for i in indices]
-            if config.num_beams > 1:
-                if stream:
-                    raise ValueError("generate_stream streams greedy or sampled output; "
-                                     "beam search returns whole hypotheses (use generate)")
-                for i, ids in zip(indices, self._beam(params, batch_rows, config)):
-                    yield i, Generation(self.tokenizer.decode(ids), ids)
-                continue
-            yield from self._sample_rows(params, indices, batch_rows, config,
-                                         seed + batch_index, chunk, stream)
-
-    def _sample_rows(self, params: PyTree, indices: list[int], rows: list[list[int]],
-                     config: GenerationConfig, seed: int, chunk: int | None,
-                     stream: bool) -> Iterator[tuple[int, Any]]:
-        state = self._start(params, rows, config, seed)
-        count = len(rows)
         step = chunk or (8 if config.stop_strings else config.max_new_tokens)
+
+        def dispatch(batch: tuple[int, list[int]]) -> Any:    # (batch number, prompt indices)
+            number, indices = batch
+            return self._dispatch_batch(params, [rows[i] for i in indices], config,
+                                        seed + number, step)
+
+        for (_, indices), started in one_ahead(enumerate(self._batches(rows)), dispatch):
+            yield from self._collect_batch(params, indices, started, config, step, stream)
+
+    def _dispatch_batch(self, params: PyTree, rows: list[list[int]], config: GenerationConfig,
+                        seed: int, step: int) -> Any:
+        """Start one batch of prompts on the device, not waiting for it: beam search's
+        ``DecodeOutput``, or the greedy / sampling loop state after its first ``step`` tokens."""
+        state = self._start(params, rows, config, seed)
+        if config.num_beams > 1:
+            return beam_search(model_step_fn(self.model), params, state.cache, state.last,
+                               beam_size=config.num_beams, max_length=config.max_new_tokens,
+                               eos_id=config.eos_ids, alpha=config.length_penalty,
+                               length_offset=0.0, pad_id=self.pad_id,
+                               min_length=config.min_new_tokens, hf_finish=True)
+        no_stop = jnp.zeros(self.batch_size, bool)
+        return _advance(self.model, params, state, no_stop,
+                        jnp.int32(min(step, config.max_new_tokens)), config=config,
+                        pad_id=self.pad_id)
+
+    def _collect_batch(self, params: PyTree, indices: list[int], started: Any,
+                       config: GenerationConfig, step: int,
+                       stream: bool) -> Iterator[tuple[int, Any]]:
+        """Read a dispatched batch (``_dispatch_batch``) of the prompts ``indices`` back:
+        ``(prompt index, Generation or text piece)``."""
+        if config.num_beams > 1:
+            tokens = np.asarray(started.tokens[:, 0])
+            lengths = np.asarray(started.lengths[:, 0])
+            for r, i in enumerate(indices):
+                ids = tokens[r, :lengths[r]].tolist()
+                yield i, Generation(self.tokenizer.decode(ids), ids)
+            return
+        yield from self._sample_rows(params, indices, started, config, step, stream)
+
+    def _sample_rows(self, params: PyTree, indices: list[int], state: _Rows,
+                     config: GenerationConfig, step: int,
+                     stream: bool) -> Iterator[tuple[int, Any]]:
+        """Go on with the greedy / sampling loop ``state`` (its first chunk dispatched) in
+        chunks of ``step`` tokens until its rows end, yielding as ``_collect_batch``."""
+        count = len(indices)
         streams = [self.tokenizer.stream() for _ in range(count)]
         texts = [""] * count
         done_at = [None] * count
         stopped = np.zeros(self.batch_size, bool)
         emitted = [0] * count
         while True:
-            until = min(int(state.step) + step, config.max_new_tokens)
-            state = _advance(self.model, params, state, jnp.asarray(stopped),
-                             jnp.int32(until), config=config, pad_id=self.pad_id)
             tokens, lengths = np.asarray(state.tokens), np.asarray(state.lengths)
             for r in range(count):
                 if done_at[r] is not None:
@@ -453,21 +486,13 @@ class Generator:
                     yield indices[r], piece
             if all(d is not None for d in done_at):
                 break
+            until = min(int(state.step) + step, config.max_new_tokens)
+            state = _advance(self.model, params, state, jnp.asarray(stopped),
+                             jnp.int32(until), config=config, pad_id=self.pad_id)
         if not stream:
             for r in range(count):
                 ids = tokens[r, :done_at[r]].tolist()
                 yield indices[r], Generation(texts[r], ids)
-
-    def _beam(self, params: PyTree, rows: list[list[int]],
-              config: GenerationConfig) -> list[list[int]]:
-        state = self._start(params, rows, config, 0)
-        out = beam_search(model_step_fn(self.model), params, state.cache, state.last,
-                          beam_size=config.num_beams, max_length=config.max_new_tokens,
-                          eos_id=config.eos_ids, alpha=config.length_penalty,
-                          length_offset=0.0, pad_id=self.pad_id,
-                          min_length=config.min_new_tokens, hf_finish=True)
-        tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
-        return [tokens[r, :lengths[r]].tolist() for r in range(len(rows))]
 
 
 def _stop(text: str, stop_strings: tuple[str, ...]) -> int | None:

@@ -57,6 +57,7 @@ from textkit.decoding.contract import (
 )
 from textkit.decoding.filters import ExcludeTokensStep
 from textkit.decoding.sampling import greedy_search
+from textkit.lookahead import one_ahead
 
 MaxLength = int | Callable[[int], int]
 LONG_SOURCE_POLICIES = ("truncate", "error")
@@ -257,16 +258,11 @@ class Translator:
         results: list[list[int]] = [[] for _ in sources]
         groups = self.batch_groups([len(sources[i]) for i in order])
         groups = [order[start:stop] for start, stop in groups]
-        pending: tuple[list[int], Any] | None = None
-        for group in tqdm(groups, desc="translating", unit="batch", disable=not progress):
-            # Batch n+1 is prepared and dispatched before batch n's output is read back.
-            out = self._dispatch_group(self._decoding_params(params, len(group)),
-                                       [sources[i] for i in group])
-            if pending is not None:
-                self._collect(*pending, results)
-            pending = (group, out)
-        if pending is not None:
-            self._collect(*pending, results)
+        bar = tqdm(groups, desc="translating", unit="batch", disable=not progress)
+        # Batch n+1 is prepared and dispatched before batch n's output is read back.
+        for group, out in one_ahead(bar, lambda group: self._dispatch_group(
+                self._decoding_params(params, len(group)), [sources[i] for i in group])):
+            self._collect(group, out, results)
         if progress:
             print(f"translated {len(sources)} sentences in {len(groups)} batches, "
                   f"{len(self.compiled_shapes)} batch shapes")

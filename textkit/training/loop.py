@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from textkit import parallel
 from textkit.errors import ConfigError
+from textkit.lookahead import one_ahead
 from textkit.settings import flag
 from textkit.training.checkpoint import CheckpointManager
 
@@ -149,6 +150,9 @@ class _Loop:
     shapes: set[tuple] = dataclasses.field(default_factory=set)  # batch shapes compiled for
     window_stats: dict[str, float] = dataclasses.field(default_factory=dict)
     place: Callable[[Any], Any] = lambda state: state
+    # the loader's state after the last batch stepped on, while an epoch runs (a batch
+    # prefetched after it is not consumed yet); None between epochs
+    sampler_state: dict[str, Any] | None = None
 
     @property
     def max_steps(self) -> int | None:
@@ -278,7 +282,10 @@ def fit(
     start of every epoch) ``train_step(state, batch, carry) -> (state, carry, metrics)``;
     ``metrics`` holds ``loss`` (and ``loss_scale`` under loss scaling). ``loader`` is iterable
     once per epoch, has ``len``, and with ``state_dict``/``load_state_dict`` resumes mid-epoch
-    (otherwise a run resumed mid-epoch starts the next epoch).
+    (otherwise a run resumed mid-epoch starts the next epoch). Each batch is placed
+    (``to_device``, then its numpy arrays with the step's ``batch_sharding``) while the step
+    before it runs; checkpoints count it as consumed only once stepped on, and a run that stops
+    mid-epoch hands it back to the loader.
 
     ``evaluate(state) -> {name: value}`` runs every ``config.eval_every`` steps, after each
     epoch when ``config.eval_each_epoch``, and at the end; each result is a
@@ -338,7 +345,7 @@ def _precompile(loop: _Loop, state: Any) -> None:
     remaining = loop.total_steps - loop.progress.step
     if len(batches) > 1 and remaining >= len(batches):
         start = time.perf_counter()
-        placed = [loop.to_device(batch) for batch in batches]
+        placed = [_place(loop, batch) for batch in batches]
         loop.train_step.precompile(state, placed)
         loop.shapes.update(_batch_shape(batch) for batch in placed)
         loop.log(f"compiled the train step for {len(batches)} batch shapes in "
@@ -365,13 +372,56 @@ def _restore(loop: _Loop, state: Any) -> Any:
     return state
 
 
+def _place(loop: _Loop, batch: Any) -> Any:
+    """``batch`` as the step takes it: ``to_device(batch)`` (the global batch of a
+    multi-device run), then every numpy array still on the host copied (asynchronously) with
+    the step's ``batch_sharding``, or to the default device for a step without one."""
+    sharding = getattr(loop.train_step, "batch_sharding", None)
+    return jax.tree_util.tree_map(
+        lambda x: jax.device_put(x, sharding) if isinstance(x, np.ndarray | np.generic) else x,
+        loop.to_device(batch))
+
+
+def _take(loop: _Loop, batch: Any) -> tuple[dict[str, Any] | None, Any]:
+    """The loader's state right after it handed out ``batch`` (None: not resumable) and
+    ``batch`` placed on the device (``_place``)."""
+    sampler_state = loop.loader.state_dict() if hasattr(loop.loader, "state_dict") else None
+    return sampler_state, _place(loop, batch)
+
+
 def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
-    """One pass over the loader (or what is left of it); returns the state."""
+    """One pass over the loader (or what is left of it); returns the state.
+
+    Batches are prefetched one ahead (``one_ahead``): batch n + 1 is taken from the loader and
+    on its way to the device before step n is called. It is not consumed: checkpoints save the
+    loader's state after batch n, and a run that stops before stepping on it hands it back
+    (the loader is reset to that state)."""
     progress = loop.progress
     carry = loop.initial_carry() if loop.initial_carry is not None else None
-    for batch in loop.loader:
+    batches = one_ahead(loop.loader, lambda batch: _take(loop, batch))
+    try:
+        state = _run_batches(loop, state, bar, batches, carry)
+    finally:
+        batches.close()
+        if (loop.sampler_state is not None and progress.position < len(loop.loader)
+                and hasattr(loop.loader, "load_state_dict")):
+            loop.loader.load_state_dict(loop.sampler_state)   # the prefetched batch goes back
+        loop.sampler_state = None
+    if loop.done:
+        return state
+    progress.epoch, progress.position = progress.epoch + 1, 0
+    if loop.config.eval_each_epoch or loop.eval_due or loop.done:
+        state = _evaluate_and_save(loop, state, epoch_end=True)
+    return state
+
+
+def _run_batches(loop: _Loop, state: Any, bar: tqdm, batches: Any, carry: Any) -> Any:
+    """Step on ``batches`` (``(batch, (sampler state, placed batch))``) until they end or
+    the run is done; returns the state."""
+    progress = loop.progress
+    for batch, (sampler_state, placed) in batches:
+        loop.sampler_state = sampler_state
         progress.data_crc32 = _crc32(batch, progress.data_crc32)
-        placed = loop.to_device(batch)
         shape = _batch_shape(placed)
         compiling = loop.compiled and shape not in loop.shapes   # a shape met after the first
         loop.shapes.add(shape)
@@ -407,10 +457,7 @@ def _run_epoch(loop: _Loop, state: Any, bar: tqdm) -> Any:
             _save(loop, state, {})
             loop.restart_clock()
         if loop.done:
-            return state
-    progress.epoch, progress.position = progress.epoch + 1, 0
-    if loop.config.eval_each_epoch or loop.eval_due or loop.done:
-        state = _evaluate_and_save(loop, state, epoch_end=True)
+            break
     return state
 
 
@@ -478,7 +525,9 @@ def _save(loop: _Loop, state: Any, metrics: dict[str, Any]) -> None:
     if loop.checkpoints is None:
         return
     extra = {"progress": loop.progress.to_dict()}
-    if hasattr(loop.loader, "state_dict"):
+    if loop.sampler_state is not None:
+        extra["sampler"] = loop.sampler_state
+    elif hasattr(loop.loader, "state_dict"):
         extra["sampler"] = loop.loader.state_dict()
     loop.checkpoints.save(loop.progress.step, state, extra=extra, metrics=metrics)
 

@@ -98,11 +98,15 @@ class TrainStep:
     """``train_step(state, batch[, carry])`` as two ``jax.jit`` programs: the gradients, compiled
     once per batch shape, then the update, compiled once (it sees only params-shaped arrays), so
     a new bucket shape compiles the model's forward and backward but never the optimizer.
-    ``num_traces`` counts the gradient programs (one per distinct input shape)."""
+    ``num_traces`` counts the gradient programs (one per distinct input shape);
+    ``batch_sharding`` is the batch's entry of ``in_shardings`` (None without them), where
+    ``fit`` places a prefetched batch."""
 
     def __init__(self, gradients: Callable, update: Callable, *, carry: bool, donate: bool,
                  in_shardings: Any, out_shardings: Any):
         self._carry = carry
+        self.batch_sharding = (in_shardings[1] if isinstance(in_shardings, tuple | list)
+                               else in_shardings)     # one sharding applies to every input
         self._gradients = CompiledStep(gradients, in_shardings=in_shardings)
         update_outputs = None if out_shardings is None else (
             (out_shardings[0], out_shardings[-1]))               # (state, metrics)
