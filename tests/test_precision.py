@@ -25,7 +25,7 @@ def test_string_grammar_round_trips():
     text = "params=float32,compute=bfloat16,output=float32"
     policy = Policy.parse(text)
     assert policy == Policy.parse("mixed_bfloat16")
-    assert str(policy) == text + ",activations=bfloat16"
+    assert str(policy) == text
     assert Policy.parse(str(policy)) == policy
     assert Policy.parse(str(Policy.parse("mixed_float16"))) == Policy.parse("mixed_float16")
     assert Policy.parse(" Params = f32 , compute=fp16 ") == Policy(jnp.float32, jnp.float16)
@@ -33,15 +33,21 @@ def test_string_grammar_round_trips():
     assert hash(policy) == hash(Policy.parse(text))   # usable as a static jit argument
 
 
-def test_activations_default_to_the_compute_dtype_and_can_stay_float32():
-    assert Policy.parse("mixed_bfloat16").activation_dtype == jnp.bfloat16
-    assert Policy.parse("mixed_float16").activation_dtype == jnp.float16
-    assert Policy().activation_dtype == jnp.float32
+def test_activations_follow_the_backend_unless_named(monkeypatch):
+    from textkit.precision import policy as policy_module
+
+    mixed = Policy.parse("mixed_bfloat16")
+    assert mixed.activation_dtype is None and Policy().activations == jnp.float32
+    assert mixed.activations == jnp.float32                    # the CPU backend's rule
+    monkeypatch.setattr(policy_module, "SIXTEEN_BIT_ACTIVATION_BACKENDS", ("cpu",))
+    assert mixed.activations == jnp.bfloat16                    # as on a GPU
+    assert Policy.parse("mixed_float16").activations == jnp.float16
     kept = Policy.parse("mixed_bfloat16,activations=float32")
-    assert (kept.param_dtype, kept.compute_dtype, kept.output_dtype, kept.activation_dtype) == (
+    assert (kept.param_dtype, kept.compute_dtype, kept.output_dtype, kept.activations) == (
         jnp.float32, jnp.bfloat16, jnp.float32, jnp.float32)
-    assert Policy.parse(str(kept)) == kept and kept != Policy.parse("mixed_bfloat16")
+    assert Policy.parse(str(kept)) == kept and kept != mixed
     assert Policy.parse("mixed_bfloat16, a=f32") == kept
+    assert Policy.parse("mixed_bfloat16,activations=bfloat16").activations == jnp.bfloat16
 
 
 @pytest.mark.parametrize("bad", ["float64", "mixed", "params=float32,compute=int8",
@@ -78,13 +84,14 @@ def test_mask_value_is_finite_with_headroom(dtype):
     assert softmax[1] == 0.0
 
 
-@pytest.mark.parametrize("spec, activations", [("mixed_bfloat16", jnp.bfloat16),
-                                               ("mixed_float16", jnp.float16),
-                                               ("mixed_bfloat16,activations=float32",
-                                                jnp.float32)])
+@pytest.mark.parametrize("spec, activations", [("mixed_bfloat16,activations=bfloat16",
+                                                jnp.bfloat16),
+                                               ("mixed_float16,activations=float16",
+                                                jnp.float16),
+                                               ("mixed_bfloat16", jnp.float32)])
 def test_mixed_policies_carry_16_bit_activations_and_float32_logits(spec, activations):
-    """Between layers (the residual stream, norms, feed-forward) the activation dtype; the
-    logits and the model's outputs float32."""
+    """Between layers (the residual stream, norms, feed-forward) the activation dtype (on this
+    CPU backend float32 unless named); the logits and the model's outputs float32."""
     import jax
 
     from textkit.models import get_model

@@ -178,7 +178,7 @@ class RMSNorm(nn.Module):
         x = x.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.epsilon)
         y = x * (np.float32(self.offset) + scale.astype(jnp.float32))
-        return y.astype(self.policy.activation_dtype)
+        return y.astype(self.policy.activations)
 
 
 def _norm(config: DecoderLMConfig, name: str) -> nn.Module:

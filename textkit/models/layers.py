@@ -6,9 +6,10 @@ Precision rule (DESIGN.md rule 3): parameters live in ``policy.param_dtype``; ev
 both operands to ``policy.compute_dtype`` and accumulates into a float32 result
 (``kernels.mixed_einsum``, which also keeps the backward matmuls in the compute dtype). ``Dense``
 (bias added in float32), ``Embed`` and ``LayerNorm`` (statistics in float32) return
-``policy.activation_dtype`` (the compute dtype unless the policy says ``activations=float32``),
-so the residual stream and the elementwise work between layers move 16-bit values under the
-mixed policies; logits (``Embed.attend``, a ``Dense`` with ``dtype=float32``) stay float32.
+``policy.activations`` (under the mixed policies the 16-bit compute dtype on accelerators,
+float32 on XLA:CPU, unless the policy names ``activations=``), so on a GPU the residual stream
+and the elementwise work between layers move 16-bit values; logits (``Embed.attend``, a
+``Dense`` with ``dtype=float32``) stay float32.
 ``Dense`` and ``Embed`` are the ``kernels.Int8Layer``s that ``kernels.quantize_int8`` makes
 int8 for CPU inference.
 """
@@ -109,7 +110,7 @@ class Dense(nn.Module):
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, features, self.policy.param_dtype)
             y = y + take(bias).astype(jnp.float32)
-        return y.astype(self.dtype or self.policy.activation_dtype)
+        return y.astype(self.dtype or self.policy.activations)
 
     def _kernel_sum(self) -> Array | None:
         """The uint8 carrier's column sums of the int8 kernel, flat [out] (None otherwise)."""
@@ -205,7 +206,7 @@ class Embed(nn.Module):
             x = x * jnp.take(self.embedding_scale, ids, axis=0, mode="fill")[..., None]
         if self.scale_by_sqrt_dim:
             x = x * np.float32(np.sqrt(self.features))
-        return x.astype(self.policy.activation_dtype)
+        return x.astype(self.policy.activations)
 
     def attend(self, x: Array) -> Array:
         if self.quantized:
@@ -246,7 +247,7 @@ class LayerNorm(nn.Module):
     def __call__(self, x: Array) -> Array:
         y = nn.LayerNorm(epsilon=self.epsilon, dtype=jnp.float32, use_bias=self.use_bias,
                          param_dtype=self.policy.param_dtype, name="norm")(x.astype(jnp.float32))
-        return y.astype(self.policy.activation_dtype)
+        return y.astype(self.policy.activations)
 
 
 def sinusoidal_positions(length: int, dim: int, layout: str = "textkit") -> np.ndarray:

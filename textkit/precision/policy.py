@@ -11,10 +11,12 @@ argument). String forms::
 
 Rule of use in textkit models: parameters are stored in ``param_dtype``; matmul/conv inputs are
 cast to ``compute_dtype`` (accumulating in float32); the activations between layers (``Dense``
-and embedding outputs, the residual stream, layer-norm outputs, elementwise work) are
-``activation_dtype``, by default the compute dtype (``activations=float32`` keeps them float32);
-norm statistics, softmax, logits and losses run in float32; the model's returned values are cast
-to ``output_dtype``.
+and embedding outputs, the residual stream, layer-norm outputs, elementwise work) are in
+``Policy.activations``: ``activation_dtype`` where the policy names one (``activations=...``),
+otherwise the compute dtype on accelerators and float32 on a CPU backend, where XLA:CPU's 16-bit
+elementwise work is slower than float32 (``SIXTEEN_BIT_ACTIVATION_BACKENDS``); norm statistics,
+softmax, logits and losses run in float32; the model's returned values are cast to
+``output_dtype``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ _SHORT_NAMES = {
     "bfloat16": ("bfloat16", "bfloat16", "bfloat16"),
     "float16": ("float16", "float16", "float16"),
 }
+SIXTEEN_BIT_ACTIVATION_BACKENDS = ("gpu", "cuda", "rocm", "tpu")
+"""Backends on which an unset ``activation_dtype`` means the compute dtype (16-bit activations
+halve the bytes of every elementwise op there); elsewhere (XLA:CPU) it means float32."""
+
 _KEYS = {"params": "param_dtype", "param": "param_dtype", "p": "param_dtype",
          "compute": "compute_dtype", "c": "compute_dtype",
          "output": "output_dtype", "o": "output_dtype",
@@ -55,16 +61,23 @@ def _dtype(name: str) -> Any:
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """Four dtypes: parameters, computation, outputs and activations (numpy/jnp dtype
-    classes); ``activation_dtype`` None means the compute dtype."""
+    classes); ``activation_dtype`` None lets the backend decide (``activations``)."""
 
     param_dtype: Any = jnp.float32
     compute_dtype: Any = jnp.float32
     output_dtype: Any = jnp.float32
     activation_dtype: Any = None
 
-    def __post_init__(self):
-        if self.activation_dtype is None:
-            object.__setattr__(self, "activation_dtype", self.compute_dtype)
+    @property
+    def activations(self) -> Any:
+        """The dtype of the activations between layers: ``activation_dtype`` if set, else the
+        compute dtype on a backend of ``SIXTEEN_BIT_ACTIVATION_BACKENDS`` and float32 on
+        others (read at trace time)."""
+        if self.activation_dtype is not None:
+            return self.activation_dtype
+        if jax.default_backend() in SIXTEEN_BIT_ACTIVATION_BACKENDS:
+            return self.compute_dtype
+        return jnp.float32
 
     @classmethod
     def parse(cls, spec: str | Policy) -> Policy:
@@ -90,9 +103,11 @@ class Policy:
         return cls(**fields)
 
     def __str__(self) -> str:
-        dtypes = (self.param_dtype, self.compute_dtype, self.output_dtype, self.activation_dtype)
-        names = [np.dtype(d).name for d in dtypes]
-        return "params={},compute={},output={},activations={}".format(*names)
+        dtypes = (self.param_dtype, self.compute_dtype, self.output_dtype)
+        text = "params={},compute={},output={}".format(*(np.dtype(d).name for d in dtypes))
+        if self.activation_dtype is not None:
+            text += f",activations={np.dtype(self.activation_dtype).name}"
+        return text
 
     @property
     def needs_loss_scaling(self) -> bool:
@@ -109,7 +124,7 @@ class Policy:
         return cast_floating(tree, self.output_dtype)
 
     def cast_to_activation(self, tree: Any) -> Any:
-        return cast_floating(tree, self.activation_dtype)
+        return cast_floating(tree, self.activations)
 
 
 def cast_floating(tree: Any, dtype: Any) -> Any:
