@@ -74,7 +74,8 @@ class TaskConfig:
     model_overrides: str = flag("", "config fields of the preset, e.g. 'dropout=0.1,d_model=128'",
                                 group="model")
     precision: str = flag("float32", "precision policy: float32, mixed_bfloat16, "
-                          "mixed_float16 or 'params=...,compute=...,output=...'", group="model")
+                          "mixed_float16 or 'params=...,compute=...,output=...', optionally "
+                          "with ',activations=<dtype>'", group="model")
     seed: int = flag(0, "seed of initialisation, data order and dropout", group="training")
     save_dir: str | None = flag(
         None, "the run directory (config, checkpoints, metrics, logs, summary); default: a new "
