@@ -5,10 +5,11 @@ assigned to the batch.
 """
 
 from textkit.batchify.containers import Dict, List, NamedTuple, Tuple
+from textkit.batchify.packing import PackedBatchify
 from textkit.batchify.pad import Pad
 from textkit.batchify.shape import BatchShape
 from textkit.batchify.stack import Stack
 from textkit.batchify.tasks import ClassificationBatchify, EncoderBatchify, Seq2SeqBatchify
 
 __all__ = ["BatchShape", "ClassificationBatchify", "Dict", "EncoderBatchify", "List",
-           "NamedTuple", "Pad", "Seq2SeqBatchify", "Stack", "Tuple"]
+           "NamedTuple", "PackedBatchify", "Pad", "Seq2SeqBatchify", "Stack", "Tuple"]

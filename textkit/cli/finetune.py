@@ -2,7 +2,8 @@
 ``ner.py`` run with their task: parse -> task pieces -> ``training.fit`` -> best checkpoint ->
 scores -> export.
 
-Training: token-budget buckets (the padding they save against ``--max-length`` is logged),
+Training: token-budget buckets, or packed rows with ``classify.py --pack`` (the padding they save
+against ``--max-length`` and the number of batch shapes are logged),
 AdamW, evaluation each epoch (or every ``--eval-every`` steps), the best checkpoint by the task's
 metric kept (``checkpoints/``), ``--resume``, several devices as in the translation recipe.
 At the end the best parameters are scored on the validation split (and the test split where
@@ -84,10 +85,12 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
     task.prepare(data)
     loader = task.make_loader(data["train"], train=True)
     padding = bucket_padding(loader, config.max_length)
-    run.log(f"{loader.batch_sampler.stats()}\npadding: buckets {padding['bucket_padding']:.1%}"
+    what = "packed rows" if getattr(config, "pack", False) else "buckets"
+    run.log(f"{loader.batch_sampler.stats()}\npadding: {what} {padding['bucket_padding']:.1%}"
             f" of the padded tokens, --max-length {config.max_length} "
-            f"{padding['max_length_padding']:.1%}: buckets save "
-            f"{padding['tokens_saved']:.1%} of the tokens")
+            f"{padding['max_length_padding']:.1%}: {what} save "
+            f"{padding['tokens_saved']:.1%} of the tokens; {padding['num_shapes']} batch "
+            f"shape(s) compiled")
     model = task.build_model()
     fit_config = config.fit
     total_steps = fit_config.max_steps or fit_config.epochs * len(loader)

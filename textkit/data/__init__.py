@@ -12,6 +12,7 @@ from textkit.data.datasets import (
 from textkit.data.download import ChecksumError, OfflineError, download, textkit_home
 from textkit.data.lm import BPTTBatches, bptt_batches
 from textkit.data.loader import DataLoader
+from textkit.data.packing import PackedBatch, PackedSampler, pack_rows
 from textkit.data.registry import (
     DatasetInfo,
     dataset_files,
@@ -28,7 +29,8 @@ from textkit.data.toy import toy_lm_corpus, toy_sentiment, toy_translation
 
 __all__ = [
     "BPTTBatches", "Batch", "ChecksumError", "DataLoader", "FixedBucketSampler",
-    "LanguageModelCorpus", "OfflineError", "ParallelLines", "ParallelTextDataset",
+    "LanguageModelCorpus", "OfflineError", "PackedBatch", "PackedSampler", "ParallelLines",
+    "ParallelTextDataset", "pack_rows",
     "SentencePieceTokenizer", "SortedBucketSampler", "SplitSampler", "TSVDataset",
     "TextClassificationDataset", "TextLineDataset", "TokenStore", "WhitespaceTokenizer",
     "bptt_batches", "build_token_store", "dataset_files", "download", "file_digest",

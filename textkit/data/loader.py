@@ -20,7 +20,8 @@ class DataLoader:
         whole batch at once).
       batch_sampler: iterable of batches; a batch is a ``textkit.data.Batch`` (indices and padded
         shape) or any sequence of indices.
-      batchify_fn: ``fn(samples)`` or, when the batch carries a shape, ``fn(samples, shape)``;
+      batchify_fn: ``fn(samples)`` or, when the batch carries a shape, ``fn(samples, shape)``
+        (``fn(samples, shape, row_of)`` for a ``PackedBatch``);
         returns the numpy batch. Defaults to returning the list of samples.
       num_workers: worker threads; 0 loads in the consuming thread.
       prefetch: batches loaded ahead of the consumer (default ``2 * num_workers``).
@@ -60,6 +61,9 @@ class DataLoader:
         else:
             samples = [self.dataset[i] for i in np.asarray(indices).tolist()]
         shape = getattr(batch, "shape", None)
+        row_of = getattr(batch, "row_of", None)
+        if row_of is not None:                 # packed rows (textkit.data.packing)
+            return self.batchify_fn(samples, shape, row_of)
         return self.batchify_fn(samples) if shape is None else self.batchify_fn(samples, shape)
 
     def shape_batches(self) -> list[Any]:

@@ -41,12 +41,12 @@ head                        outputs
 ``masked_lm``               ``logits`` [B, T, V] (decoder tied to the word embeddings, own bias;
                             ModernBERT's bias only with ``decoder_bias``)
 ``pretraining``             ``logits`` [B, T] (ELECTRA's discriminator: replaced-token scores)
-``sequence_classification`` ``logits`` [B, num_labels] (BERT: pooler -> classifier; RoBERTa /
-                            XLM-R: dense-tanh-dense on ``<s>``; ELECTRA: dense-gelu-dense;
-                            DistilBERT: pre-classifier -> relu -> classifier; DeBERTa:
-                            dense-act-dense on the first token; ModernBERT: the first token or
-                            the mean of the real ones (``classifier_pooling``) ->
-                            dense-act-norm -> classifier)
+``sequence_classification`` ``logits`` [B, num_labels] (packed: [B, K, num_labels]) (BERT:
+                            pooler -> classifier; RoBERTa / XLM-R: dense-tanh-dense on
+                            ``<s>``; ELECTRA: dense-gelu-dense; DistilBERT: pre-classifier
+                            -> relu -> classifier; DeBERTa: dense-act-dense on the first
+                            token; ModernBERT: the first token or the mean of the real ones
+                            (``classifier_pooling``) -> dense-act-norm -> classifier)
 ``token_classification``    ``logits`` [B, T, num_labels] (ModernBERT: dense-act-norm first)
 ``question_answering``      ``start_logits``, ``end_logits`` [B, T] (ModernBERT: likewise)
 ==========================  ==================================================================
@@ -68,6 +68,16 @@ Inputs: ``input_ids`` int[B, T] (``0 <= id < vocab_size``), ``attention_mask`` i
 default zeros; DeBERTa without them ignores them, as transformers does), ``position_ids``
 int[B, T] (default: as the family counts them; ModernBERT's rotary positions). A length over
 ``max_positions`` is a ``ValueError`` at trace time.
+
+Packed rows (``textkit.data.packing``: several examples in one row): ``segment_ids`` int[B, T]
+(1, 2, ... per example of the row, 0 at padding) makes attention block-diagonal (a token sees
+the real tokens of its own example only) and, without ``position_ids``, restarts the positions
+at each example (``segment_positions``; RoBERTa's from ``pad_id + 1``). With the
+``sequence_classification`` head, ``example_starts`` int[B, K] (the column of each example's
+first token) gives ``logits`` float32 [B, K, num_labels], one per example, and the last layer
+computes those K rows alone. The result equals each example run alone, in every family: the
+relative positions (DeBERTa), rotary positions and local windows (ModernBERT) depend only on
+distances inside one example; ModernBERT's mean pooling is refused (a ``ValueError``).
 """
 
 from __future__ import annotations
@@ -80,7 +90,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textkit.models.attention import Disentangled
+from textkit.models.attention import Disentangled, take_rows
 from textkit.models.config import ModelConfig
 from textkit.models.layers import ACTIVATIONS, Dense, Dropout, Embed, LayerNorm, PositionEmbedding
 from textkit.models.registry import register_preset
@@ -286,6 +296,16 @@ def roberta_positions(input_ids: Array, pad_id: int) -> Array:
     return jnp.cumsum(real, axis=1) * real + pad_id
 
 
+def segment_positions(segment_ids: Array, first: int = 0, pad: int = 0) -> Array:
+    """Positions restarting at each example of packed rows: ``segment_ids`` int[B, T] ->
+    int32[B, T], ``first, first + 1, ...`` from each example's first token, ``pad`` at
+    segment 0 (padding)."""
+    index = jnp.arange(segment_ids.shape[1], dtype=jnp.int32)
+    previous = jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    starts = jax.lax.cummax(jnp.where(segment_ids != previous, index, 0), axis=1)
+    return jnp.where(segment_ids != 0, index - starts + first, pad).astype(jnp.int32)
+
+
 class _Layer(TransformerLayer):
     """``TransformerLayer`` with ``deterministic`` positional, so that ``nn.remat`` can hold it
     static (gradient checkpointing)."""
@@ -391,25 +411,35 @@ class Encoder(nn.Module):
             x = self.embeddings_project(x)
         return x
 
-    def _mask(self, attention_mask: Array) -> Array:
-        """Attention mask bool[B, 1, 1, T] (DeBERTa: [B, 1, T, T], real queries only)."""
+    def _mask(self, attention_mask: Array, segment_ids: Array | None = None) -> Array:
+        """Attention mask bool[B, 1, 1, T] (DeBERTa: [B, 1, T, T], real queries only; packed
+        rows: block-diagonal bool[B, 1, T, T], the query's segment equal to the key's)."""
         real = attention_mask != 0
+        if segment_ids is not None:
+            same = segment_ids[:, :, None] == segment_ids[:, None, :]
+            return (same & real[:, None, :])[:, None]
         if self.config.architecture == "deberta-v2":
             return real[:, None, :, None] & real[:, None, None, :]
         return real[:, None, None, :]
 
     def __call__(self, input_ids: Array, attention_mask: Array | None = None,
-                 token_type_ids: Array | None = None, position_ids: Array | None = None, *,
+                 token_type_ids: Array | None = None, position_ids: Array | None = None,
+                 segment_ids: Array | None = None, example_starts: Array | None = None, *,
                  deterministic: bool = True,
                  output_hidden_states: bool = False) -> dict[str, Any]:
-        """input_ids int[B, T] (and the optional inputs of the module docstring) -> the head's
-        outputs (module docstring); ``deterministic=False`` applies dropout (needs a "dropout"
-        rng)."""
+        """input_ids int[B, T] (and the optional inputs of the module docstring; packed rows:
+        ``segment_ids`` int[B, T], ``example_starts`` int[B, K]) -> the head's outputs (module
+        docstring); ``deterministic=False`` applies dropout (needs a "dropout" rng)."""
         c = self.config
         c.check_length(input_ids.shape[1], "input_ids")
+        self._check_packed(segment_ids, example_starts)
         if attention_mask is None:
-            attention_mask = jnp.ones(input_ids.shape, bool)
-        mask = self._mask(attention_mask)
+            attention_mask = (jnp.ones(input_ids.shape, bool) if segment_ids is None
+                              else segment_ids != 0)
+        if segment_ids is not None and position_ids is None:
+            position_ids = (segment_positions(segment_ids, c.pad_id + 1, c.pad_id)
+                            if c.offset_positions else segment_positions(segment_ids))
+        mask = self._mask(attention_mask, segment_ids)
         x = self.embed(input_ids, token_type_ids, position_ids, deterministic=deterministic,
                        attention_mask=attention_mask)
         relative = None
@@ -418,35 +448,63 @@ class Encoder(nn.Module):
             if c.relative_norm:
                 relative = self.relative_norm(relative)
         rotary = position_ids if c.architecture == "modernbert" else None
-        states = [x]
+        states, pruned = [x], False
         for index, layer in enumerate(self.layers):
             rel = None if relative is None else self.drop(relative, deterministic=deterministic)
             if (index == c.num_layers - 1 and c.first_token_head
-                    and not output_hidden_states):                # the first row alone
-                queries = jnp.zeros((x.shape[0], 1), jnp.int32)
-                x = layer(x, mask[:, :, :1], deterministic, rel, rotary, queries)
+                    and not output_hidden_states):   # the first row (of each example) alone
+                if example_starts is None:
+                    queries, query_mask = jnp.zeros((x.shape[0], 1), jnp.int32), mask[:, :, :1]
+                else:
+                    queries = example_starts.astype(jnp.int32)                   # [B, K]
+                    query_mask = take_rows(mask[:, 0], queries)[:, None]          # [B,1,K,T]
+                x, pruned = layer(x, query_mask, deterministic, rel, rotary, queries), True
             else:
                 x = layer(x, mask, deterministic, rel, rotary)
             states.append(x)
         if c.architecture == "modernbert":
             x = states[-1] = self.final_norm(x)
+        if example_starts is None:
+            first = x[:, 0]                                               # [B, D]
+        elif pruned:
+            first = x                                                     # [B, K, D]
+        else:
+            first = take_rows(x, example_starts.astype(jnp.int32))        # [B, K, D]
         out_dtype = c.policy.output_dtype
         out: dict[str, Any] = {}
         if c.head == "model":
             out["last_hidden_state"] = x.astype(out_dtype)
         if c.has_pooler:
-            pooled = jnp.tanh(self.pooler(x[:, 0]))
+            pooled = jnp.tanh(self.pooler(first))
             if c.head == "model":
                 out["pooler_output"] = pooled.astype(out_dtype)
-        out.update(self._head(x, pooled if c.has_pooler else None, attention_mask,
+        out.update(self._head(x, first, pooled if c.has_pooler else None, attention_mask,
                               deterministic))
         if output_hidden_states:
             out["hidden_states"] = tuple(h.astype(out_dtype) for h in states)
         return out
 
-    def _head(self, x: Array, pooled: Array | None, attention_mask: Array,
+    def _check_packed(self, segment_ids: Array | None, example_starts: Array | None) -> None:
+        """Packed inputs the configuration can take exactly, else a ``ValueError``."""
+        c = self.config
+        if example_starts is not None and (segment_ids is None
+                                           or c.head != "sequence_classification"):
+            raise ValueError("example_starts needs segment_ids and the sequence_classification "
+                             f"head (got head={c.head!r})")
+        if segment_ids is not None and c.head == "sequence_classification" and (
+                not c.first_token_head):
+            raise ValueError(f"{c.architecture} with classifier_pooling="
+                             f"{c.classifier_pooling!r} pools every token of a row: packed "
+                             "rows (segment_ids) need the first-token ('cls') pooling")
+        if segment_ids is not None and c.head == "sequence_classification" and (
+                example_starts is None):
+            raise ValueError("packed rows (segment_ids) with the sequence_classification head "
+                             "need example_starts (one logits row per example)")
+
+    def _head(self, x: Array, first: Array, pooled: Array | None, attention_mask: Array,
               deterministic: bool) -> dict[str, Array]:
-        """The head's float32 logits from the last hidden states x [B, T, D]."""
+        """The head's float32 logits from the last hidden states x [B, T, D] (``first``: the
+        first token of each row [B, D], or of each packed example [B, K, D])."""
         c = self.config
         drop = lambda h: self.classifier_drop(h, deterministic=deterministic)  # noqa: E731
         if c.head == "model":
@@ -457,11 +515,10 @@ class Encoder(nn.Module):
             h = ACTIVATIONS[c.activation](self.discriminator_dense(x))
             return {"logits": self.discriminator_prediction(h)[..., 0]}
         if c.architecture == "modernbert":
-            return self._modernbert_head(x, attention_mask, drop)
+            return self._modernbert_head(x, first, attention_mask, drop)
         if c.head == "sequence_classification":
             if c.architecture == "bert":
                 return {"logits": self.classifier(drop(pooled))}
-            first = x[:, 0]
             if c.architecture == "distilbert":
                 h = drop(jax.nn.relu(self.classifier_dense(first)))
             else:
@@ -485,12 +542,13 @@ class Encoder(nn.Module):
         logits = self.word_embeddings.attend(self.mlm_norm(ACTIVATIONS[act](self.mlm_dense(x))))
         return logits + self.mlm_bias.astype(jnp.float32) if c.decoder_bias else logits
 
-    def _modernbert_head(self, x: Array, attention_mask: Array, drop) -> dict[str, Array]:
+    def _modernbert_head(self, x: Array, first: Array, attention_mask: Array,
+                         drop) -> dict[str, Array]:
         """ModernBERT's heads: (pooling ->) dense -> activation -> norm -> dropout -> output."""
         c = self.config
         if c.head == "sequence_classification":
             if c.classifier_pooling == "cls":
-                x = x[:, 0]
+                x = first
             else:
                 weights = (attention_mask != 0).astype(jnp.float32)[..., None]   # [B, T, 1]
                 x = (x * weights).sum(1) / weights.sum(1)

@@ -86,7 +86,8 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, architecture: str,
         "bert", "electra"))
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "segment_ids",
+                "example_starts")
 
 
 def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,12 +458,15 @@ class EncoderTask(Task):
 
 
 def bucket_padding(loader: DataLoader, max_length: int) -> dict[str, float]:
-    """The padding of ``loader``'s buckets against padding every example to ``max_length``:
-    ``real_tokens``, ``bucket_padding`` and ``max_length_padding`` (fractions of the padded
-    cells) and ``tokens_saved`` (fraction of the ``max_length`` cells the buckets avoid)."""
+    """The padding of ``loader``'s buckets (or packed rows, ``PackedSampler``) against padding
+    every example to ``max_length``: ``real_tokens``, ``bucket_padding`` and
+    ``max_length_padding`` (fractions of the padded cells), ``tokens_saved`` (fraction of the
+    ``max_length`` cells the buckets avoid) and ``num_shapes`` (batch shapes: compiled
+    programs)."""
     real = float(sum(len(s["input_ids"]) for s in loader.dataset))
     bucketed = loader.batch_sampler.padding_fraction()
     cells = real / (1.0 - bucketed)
     fixed = len(loader.dataset) * max_length
     return {"real_tokens": real, "bucket_padding": bucketed,
-            "max_length_padding": 1.0 - real / fixed, "tokens_saved": 1.0 - cells / fixed}
+            "max_length_padding": 1.0 - real / fixed, "tokens_saved": 1.0 - cells / fixed,
+            "num_shapes": len(loader.batch_sampler.bucket_shapes)}

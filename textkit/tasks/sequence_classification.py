@@ -10,6 +10,15 @@ the class id, or the float target with ``--regression`` (and ``glue_stsb``).
 ``evaluate`` gives ``accuracy`` and, for two classes, ``f1`` (of class 1, GLUE's MRPC / QQP
 figure) and ``mcc`` (Matthews correlation, CoLA's); regression gives ``pearson``, ``spearman``
 and ``mse``. The metric that ranks checkpoints is the dataset's GLUE figure (``--metric``).
+
+``--pack`` packs the training examples several to a row of ``--max-length`` tokens (at most
+``--max-per-row``; ``textkit.data.packing``), ``--batch-tokens // --max-length`` rows a batch:
+one batch shape, less padding, the same loss as the examples unpacked (block-diagonal
+attention, positions restarting per example: ``textkit.models.encoder``). Packed batches carry
+``segment_ids``, ``position_ids`` int32 [B, T], ``example_starts`` int32 [B, K], and
+``labels`` / ``weights`` / ``index`` [B, K] (weight 0 in unused slots); the logits are
+[B, K, C]. Evaluation and prediction stay unpacked (buckets). Only this task packs (token
+classification and question answering do not).
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.data import get_dataset_info, toy_sentiment
+from textkit.batchify import PackedBatchify
+from textkit.data import DataLoader, PackedSampler, get_dataset_info, toy_sentiment
 from textkit.data.labelled_text import TextExamples, label_set, read_labelled
 from textkit.errors import ConfigError
 from textkit.settings import flag
@@ -92,7 +102,18 @@ class SequenceClassificationConfig(EncoderTaskConfig):
                               group="evaluation")
     toy_examples: int = flag(16000, "training examples of the generated toy data (valid gets "
                              "an eighth)", group="data")
+    pack: bool = flag(False, "pack several training examples into each row of --max-length "
+                      "tokens (block-diagonal attention, per-example positions: the same loss, "
+                      "less padding, one batch shape); evaluation stays unpacked; "
+                      "classification only", group="data")
+    max_per_row: int = flag(8, "with --pack: at most this many examples in one row (a fixed "
+                            "number of logits slots per row)", group="data")
     runs_name: ClassVar[str] = "classify"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_per_row < 1:
+            raise ConfigError(f"--max-per-row {self.max_per_row}: expected >= 1")
 
 
 def _toy(split: str, size: int, seed: int) -> TextExamples:
@@ -161,6 +182,34 @@ class SequenceClassificationTask(EncoderTask):
             + (", sentence pairs" if train.pairs is not None else "")
             + f"; ranked by {self.eval_metric}")
 
+    def loader(self, samples: Sequence[Mapping[str, Any]], *, train: bool) -> DataLoader:
+        """``EncoderTask.loader``'s buckets, or with ``--pack`` (training only) packed rows:
+        ``--batch-tokens // --max-length`` rows (times ``--accum-steps``) of ``--max-length``
+        tokens, at most ``--max-per-row`` examples each (module docstring)."""
+        config = self.config
+        if not (config.pack and train):
+            return super().loader(samples, train=train)
+        if not samples:
+            raise ConfigError("no example to batch (an empty split?)")
+        model = self.build_model().config
+        if model.architecture == "modernbert" and not model.first_token_head:
+            raise ConfigError(f"--pack: {model.architecture} with classifier_pooling "
+                              f"{model.classifier_pooling!r} averages every token of a row; "
+                              "packing needs the first-token ('cls') pooling")
+        rows = config.batch_tokens // config.max_length
+        if rows < 1:
+            raise ConfigError(f"--batch-tokens {config.batch_tokens} is below --max-length "
+                              f"{config.max_length}: a packed batch would get no row")
+        offset = model.pad_id + 1 if model.offset_positions else 0
+        sampler = PackedSampler([len(s["input_ids"]) for s in samples], config.max_length,
+                                config.max_per_row, rows * config.accum_steps,
+                                shuffle=True, seed=config.seed)
+        batchify = PackedBatchify(self.tokenizer.pad_id, config.max_per_row,
+                                  with_token_types=self.tokenizer.with_token_types,
+                                  first_position=offset,
+                                  pad_position=model.pad_id if offset else 0)
+        return DataLoader(samples, sampler, batchify)
+
     def encode(self, data: TextExamples) -> list[dict[str, Any]]:
         """One encoded example per text (pair), with its ``labels`` and ``index``."""
         encodings = self.tokenizer.encodings(data.texts, data.pairs, self.config.max_length)
@@ -177,11 +226,12 @@ class SequenceClassificationTask(EncoderTask):
         def loss_fn(params: Params, batch: Mapping[str, Any], rng: jax.Array | None):
             rngs = None if rng is None else {"dropout": rng}
             logits = model.apply({"params": params}, **model_inputs(batch),
-                                  deterministic=rng is None, rngs=rngs)["logits"]  # [B, C]
-            weights = batch["weights"]                                        # [B]
-            tokens = jnp.sum(batch["attention_mask"] * weights[:, None])
+                                  deterministic=rng is None, rngs=rngs)["logits"]
+            weights = batch["weights"]                       # [B] ([B, K] packed)
+            tokens = jnp.sum(batch["attention_mask"] * (weights[:, None] if weights.ndim == 1
+                                                        else 1))
             if regression:
-                error = (logits[:, 0] - batch["labels"]) ** 2                   # [B]
+                error = (logits[..., 0] - batch["labels"]) ** 2                 # like weights
                 return jnp.sum(error * weights), (jnp.sum(weights),
                                                   {"input_tokens": tokens})
             loss_sum, weight_sum = cross_entropy(logits, batch["labels"], weights)
