@@ -194,6 +194,7 @@ def test_packed_loss_and_gradient_equal_the_unpacked_ones(family, tmp_path):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * max(float(np.abs(b).max()), 1e-3))
 
 
+@pytest.mark.slow
 def test_classify_with_pack_trains_end_to_end(tmp_path):
     sys.path.insert(0, str(ROOT / "examples" / "finetune"))
     import classify
