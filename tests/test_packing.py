@@ -101,6 +101,15 @@ def test_sampler_batches_have_one_shape_and_the_same_steps_every_epoch():
     assert sampler.padding_fraction() == pytest.approx(1 - lengths.sum() / cells)
 
 
+def test_sampler_resumes_mid_epoch():
+    lengths = np.random.default_rng(5).integers(2, 20, 100)
+    sampler = PackedSampler(lengths, 32, 4, 4, shuffle=True, seed=1)
+    full = [b.indices.tolist() for b in sampler]
+    resumed = PackedSampler(lengths, 32, 4, 4, shuffle=True, seed=1)
+    resumed.load_state_dict({"epoch": 0, "position": 3, "seed": 1, "num_steps": len(sampler)})
+    assert [b.indices.tolist() for b in resumed] == full[3:]
+
+
 def test_batchify_segments_positions_starts_and_targets():
     samples = [{"input_ids": np.array([5, 6, 7], np.int32), "labels": np.int32(1),
                 "index": np.int32(0)},

@@ -6,6 +6,8 @@ With no arguments it trains a small BERT from scratch on the built-in toy sentim
         --data-dir ../shared/data/glue-sst2 --lr 2e-5 --epochs 3
     python examples/finetune/classify.py --pretrained DIR --train-file train.csv \\
         --valid-file dev.csv --text-column review --label-column stars
+    python examples/finetune/classify.py --pretrained DIR --dataset glue_sst2 \\
+        --data-dir ../shared/data/glue-sst2 --max-length 64 --pack   # packed rows
     python examples/finetune/classify.py --pretrained runs/classify_toy/latest/export \\
         --predict new.tsv     # writes runs/classify_toy/predictions/<time>/predictions.jsonl
 
