@@ -75,11 +75,15 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--num-buckets", type=int, default=8)
     parser.add_argument("--max-per-row", type=int, default=8)
+    parser.add_argument("--modes", default="buckets,packed",
+                        help="the loaders measured, in this order (each compile in a fresh "
+                        "process is the fairest: --modes packed, then --modes buckets)")
     parser.add_argument("--compile", action="store_true",
                         help="also time the train step's compilation per batch shape")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as save_dir:
-        results = [measure(args, pack, save_dir) for pack in (False, True)]
+        results = [measure(args, mode == "packed", save_dir)
+                   for mode in args.modes.split(",")]
     print(json.dumps({"config": vars(args), "results": results}, indent=1))
 
 
