@@ -74,7 +74,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--num-buckets", type=int, default=8)
-    parser.add_argument("--max-per-row", type=int, default=8)
+    parser.add_argument("--max-per-row", type=int, default=None,
+                        help="examples per packed row at most (default: the recipe's, "
+                        "--max-length // 4)")
     parser.add_argument("--modes", default="buckets,packed",
                         help="the loaders measured, in this order (each compile in a fresh "
                         "process is the fairest: --modes packed, then --modes buckets)")
