@@ -29,8 +29,12 @@ dynamic loss scaling under float16 policies.
 
 ``evaluate`` masks the held-out sequences with fixed keys and gives ``mlm_loss`` (mean NLL of
 the masked tokens), ``mlm_accuracy`` (masked-token accuracy, MLPerf's measure; ELECTRA: its
-generator's), ``rtd_accuracy`` (ELECTRA's discriminator over every real token) and
-``pair_accuracy`` (NSP / SOP). ``export`` writes the encoder with ``save_pretrained``
+generator's), ``rtd_accuracy`` (ELECTRA's discriminator over every real token; with ~13 % of the
+tokens replaced it stays at ``1 - replaced_fraction`` until some score crosses 0, so it hides
+early progress), ``rtd_loss`` (its mean sigmoid cross-entropy) beside ``rtd_constant_loss``
+(that of the best constant answer, the entropy of ``replaced_fraction``: the discriminator
+has learned something once ``rtd_loss`` is below it) and ``pair_accuracy`` (NSP / SOP).
+``export`` writes the encoder with ``save_pretrained``
 (``BertForMaskedLM``, ``RobertaForMaskedLM``, ...; ELECTRA: the discriminator as
 ``ElectraForPreTraining``, the generator as ``ElectraForMaskedLM`` in ``generator/``).
 """
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -486,9 +491,11 @@ class PretrainingTask(Task):
             scores["pair_accuracy"] = totals["pair_correct"] / max(totals["pairs"], 1.0)
         if "rtd_tokens" in totals:
             tokens = max(totals["rtd_tokens"], 1.0)
+            share = totals["replaced"] / tokens
+            constant = -sum(q * math.log(q) for q in (share, 1.0 - share) if q > 0)
             scores.update(rtd_accuracy=totals["rtd_correct"] / tokens,
-                          rtd_loss=totals["rtd_bce"] / tokens,
-                          replaced_fraction=totals["replaced"] / tokens)
+                          rtd_loss=totals["rtd_bce"] / tokens, rtd_constant_loss=constant,
+                          replaced_fraction=share)
         return scores
 
     def export(self, model: PretrainingModel, params: Params, directory: str | Path) -> Path:
