@@ -8,13 +8,18 @@ sentences (``../shared/data/glue-sst2``), truncated to ``--max-length`` tokens:
 
 - textkit: ``examples/finetune/classify.py``'s ``main`` for one epoch with token-budget buckets
   whose ``--batch-tokens`` is chosen so that the epoch has as many steps as 32 sentences per step
-  (the JSON gives the mean rows per step), AdamW; the epoch time is ``fit``'s training time
-  (tracing and compilation of every bucket shape included, evaluation excluded).
+  (``textkit_rows_per_step`` in the JSON: the mean sentences per step), AdamW; the epoch time
+  is ``fit``'s training time (tracing and compilation of every bucket shape included,
+  evaluation excluded).
 - transformers: ``Trainer`` with ``per_device_train_batch_size=32``, length-grouped batches
   (``group_by_length``) and dynamic padding (``DataCollatorWithPadding``), AdamW, no
   evaluation or saving; the epoch time is its ``train_runtime``. It runs in its own process
   (``hf_finetune.py`` with ``--peer-python``), the two sides alternate round by round, and
   the figures are medians.
+
+``--pack`` runs textkit's recipe with ``--pack`` (several sentences to a row of
+``--max-length`` tokens: one batch shape, almost no padding) and ``--batch-tokens`` set to the
+rows that give the same number of steps as 32 sentences per step; the Trainer is unchanged.
 
 ``--precision mixed_bfloat16`` runs both sides with bfloat16 compute and float32 weights
 (textkit's ``--precision mixed_bfloat16``, the Trainer's ``bf16=True``: torch's CPU autocast).
@@ -51,6 +56,7 @@ import classify  # noqa: E402
 
 from textkit.data import toy_sentiment  # noqa: E402
 from textkit.data.labelled_text import read_labelled  # noqa: E402
+from textkit.data.packing import pack_rows  # noqa: E402
 from textkit.models import Encoder, EncoderConfig  # noqa: E402
 from textkit.pretrained import EncoderTokenizer, save_pretrained  # noqa: E402
 from textkit.tasks.encoder_task import token_buckets, train_wordpiece  # noqa: E402
@@ -106,11 +112,22 @@ def batch_tokens_for(lengths: np.ndarray, rows: int, num_buckets: int) -> tuple[
     return low, len(lengths) / len(token_buckets(lengths, low, num_buckets))
 
 
+def packed_batch_tokens(lengths: np.ndarray, rows: int, max_length: int) -> tuple[int, float]:
+    """The ``--batch-tokens`` of ``--pack`` (packed rows of ``max_length`` tokens, the recipe's
+    default ``--max-per-row``) whose epoch has ``ceil(N / rows)`` steps or fewer, and its mean
+    sentences per step."""
+    target = -(-len(lengths) // rows)
+    packed = len(pack_rows(lengths, max_length, max(1, max_length // 4)))
+    per_step = -(-packed // target)
+    return per_step * max_length, len(lengths) / -(-packed // per_step)
+
+
 def textkit_epoch(checkpoint: Path, train: Path, max_length: int, batch_tokens: int,
-                  num_buckets: int, save_dir: Path, precision: str) -> dict[str, float]:
+                  num_buckets: int, save_dir: Path, precision: str,
+                  pack: bool) -> dict[str, float]:
     """One epoch of the recipe; its training seconds, steps and tokens."""
     shutil.rmtree(save_dir, ignore_errors=True)
-    summary = classify.main([
+    summary = classify.main((["--pack"] if pack else []) + [
         "--pretrained", str(checkpoint), "--train-file", str(train), "--precision", precision,
         "--valid-file", str(train.with_name("valid.tsv")),
         "--max-length", str(max_length), "--batch-tokens", str(batch_tokens),
@@ -145,6 +162,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="float32",
                         help="both sides: float32, or bfloat16 compute with float32 weights "
                              "(textkit --precision mixed_bfloat16, Trainer bf16=True)")
+    parser.add_argument("--pack", action="store_true",
+                        help="textkit packs several sentences into each row (classify --pack)")
     parser.add_argument("--quick", action="store_true",
                         help="a 2 x 64 model on 400 generated sentences (a smoke run)")
     args = parser.parse_args()
@@ -157,7 +176,9 @@ def main() -> None:
                               label_names=("0", "1")).texts
         lengths = np.array([len(e.ids) for e in tokenizer.encodings(texts, None,
                                                                   args.max_length)])
-        batch_tokens, mean_rows = batch_tokens_for(lengths, ROWS_PER_STEP, args.num_buckets)
+        batch_tokens, mean_rows = (
+            packed_batch_tokens(lengths, ROWS_PER_STEP, args.max_length) if args.pack
+            else batch_tokens_for(lengths, ROWS_PER_STEP, args.num_buckets))
         print(f"{len(texts):,} sentences, {int(lengths.sum()):,} tokens; textkit "
               f"--batch-tokens {batch_tokens} ({mean_rows:.1f} sentences per step)", flush=True)
         spec = {"checkpoint": str(checkpoint), "train": str(train),
@@ -172,7 +193,7 @@ def main() -> None:
                 if side == "textkit":
                     mine.append(textkit_epoch(checkpoint, train, args.max_length, batch_tokens,
                                               args.num_buckets, workdir / "run",
-                                              args.precision))
+                                              args.precision, args.pack))
                     print(f"round {round_}: textkit {mine[-1]}", flush=True)
                 elif skipped is None:
                     result = peer_epoch(args.peer_python or sys.executable, spec)
@@ -183,7 +204,8 @@ def main() -> None:
                         print(f"round {round_}: transformers {result}", flush=True)
         out: dict[str, Any] = {
             "sentences": len(texts), "max_length": args.max_length, "precision": args.precision,
-            "batch_tokens": batch_tokens, "textkit_rows_per_step": round(mean_rows, 2),
+            "pack": args.pack, "batch_tokens": batch_tokens,
+            "textkit_rows_per_step": round(mean_rows, 2),
             "textkit_steps": mine[0]["steps"], "rounds": args.rounds,
             "textkit_epoch_s": round(statistics.median(m["epoch_s"] for m in mine), 2),
             "quick": args.quick}

@@ -236,11 +236,13 @@ def test_encoder_benchmark_quick(tmp_path):
 
 
 @pytest.mark.slow
-def test_finetune_benchmark_quick(tmp_path):
+@pytest.mark.parametrize("pack", [False, True])
+def test_finetune_benchmark_quick(tmp_path, pack):
     result = last_json([str(BENCHMARKS / "finetune.py"), "--quick", "--no-peer", "--rounds",
-                        "1"], tmp_path)
+                        "1"] + (["--pack"] if pack else []), tmp_path)
     # the token budget gives about 32 sentences per step: ceil(400 / 32) = 13 steps or fewer
     assert result["sentences"] == 400 and result["textkit_steps"] <= 13
+    assert result["pack"] is pack
     assert 28 <= result["textkit_rows_per_step"] <= 40
     assert result["textkit_epoch_s"] > 0
     assert result["peer_skipped"] == "--no-peer" and "epoch_ratio" not in result
