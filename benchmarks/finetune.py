@@ -56,7 +56,7 @@ import classify  # noqa: E402
 
 from textkit.data import toy_sentiment  # noqa: E402
 from textkit.data.labelled_text import read_labelled  # noqa: E402
-from textkit.data.packing import pack_rows  # noqa: E402
+from textkit.data.packing import default_max_per_row, pack_rows  # noqa: E402
 from textkit.models import Encoder, EncoderConfig  # noqa: E402
 from textkit.pretrained import EncoderTokenizer, save_pretrained  # noqa: E402
 from textkit.tasks.encoder_task import token_buckets, train_wordpiece  # noqa: E402
@@ -117,7 +117,7 @@ def packed_batch_tokens(lengths: np.ndarray, rows: int, max_length: int) -> tupl
     default ``--max-per-row``) whose epoch has ``ceil(N / rows)`` steps or fewer, and its mean
     sentences per step."""
     target = -(-len(lengths) // rows)
-    packed = len(pack_rows(lengths, max_length, max(1, max_length // 4)))
+    packed = len(pack_rows(lengths, max_length, default_max_per_row(max_length)))
     per_step = -(-packed // target)
     return per_step * max_length, len(lengths) / -(-packed // per_step)
 

@@ -23,7 +23,12 @@ import numpy as np
 from textkit.batchify.shape import BatchShape
 from textkit.data.samplers import Batch, _ResumableSampler
 
-__all__ = ["PackedBatch", "PackedSampler", "pack_rows"]
+__all__ = ["PackedBatch", "PackedSampler", "default_max_per_row", "pack_rows"]
+
+
+def default_max_per_row(max_length: int) -> int:
+    """Examples per row at most when none is named: a quarter of ``max_length`` (at least 1)."""
+    return max(max_length // 4, 1)
 
 
 def pack_rows(lengths: Sequence[int] | np.ndarray, max_length: int, max_per_row: int,

@@ -37,6 +37,7 @@ import numpy as np
 from textkit.batchify import PackedBatchify
 from textkit.data import DataLoader, PackedSampler, get_dataset_info, toy_sentiment
 from textkit.data.labelled_text import TextExamples, label_set, read_labelled
+from textkit.data.packing import default_max_per_row
 from textkit.errors import ConfigError
 from textkit.settings import flag
 from textkit.tasks.base import LossFn, Params, register_task
@@ -115,7 +116,7 @@ class SequenceClassificationConfig(EncoderTaskConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.max_per_row is None:
-            object.__setattr__(self, "max_per_row", max(self.max_length // 4, 1))
+            object.__setattr__(self, "max_per_row", default_max_per_row(self.max_length))
         if self.max_per_row < 1:
             raise ConfigError(f"--max-per-row {self.max_per_row}: expected >= 1")
 
