@@ -173,6 +173,21 @@ def test_int8_dot_benchmark_quick(tmp_path):
     assert result["bf16_carrier_min_rows"] == 48 and result["quick"] is True
 
 
+def test_grad_dots_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "grad_dots.py"), "--quick", "--runs", "2"], tmp_path)
+    flops = 2 * result["rows"] * result["d_in"] * result["d_out"]
+    for name in ("forward", "input_grad", "weight_grad", "weight_grad_transposed"):
+        for dtype in ("float32", "bfloat16"):
+            key = f"{name}_{dtype}"
+            assert positive_finite(result[f"{key}_ms"], result[f"{key}_gflops"])
+            assert result[f"{key}_gflops"] == pytest.approx(
+                flops / result[f"{key}_ms"] / 1e6, rel=0.05, abs=0.1)  # (both are rounded)
+            assert isinstance(result[f"{key}_ynn"], bool)
+            assert result[f"{key}_float32_operands"] in ((False,) if dtype == "float32"
+                                                         else (False, True))
+    assert result["quick"] is True and (result["rows"], result["d_in"]) == (64, 32)
+
+
 @pytest.mark.slow
 def test_large_corpus_benchmark_small(tmp_path):
     result = last_json([str(BENCHMARKS / "large_corpus.py"), "--pairs", "3000", "--workers",
