@@ -8,7 +8,8 @@ One layer of the BERT-base feed-forward shape: x [rows, d_in] times w [d_in, d_o
 - ``input_grad``: ``zb,ab->za`` (dx = g wᵀ);
 - ``weight_grad``: ``za,zb->ab`` (dw = xᵀ g: contracts the rows of both operands);
 - ``weight_grad_transposed``: the same with xᵀ materialised behind
-  ``jax.lax.optimization_barrier``, so the product is [d_in, rows] x [rows, d_out].
+  ``jax.lax.optimization_barrier``, so the product is [d_in, rows] x [rows, d_out];
+- ``weight_grad_flat_transposed``: xᵀ flattened behind the barrier, reshaped after it.
 For each product and dtype: ``<product>_<dtype>_ms``, ``<product>_<dtype>_gflops``, and from
 the optimized HLO ``<product>_<dtype>_ynn`` (a YNNPACK fusion holds the dot) and
 ``<product>_<dtype>_float32_operands`` (the bfloat16 operands were converted to float32 before
@@ -43,11 +44,19 @@ def weight_grad_transposed(x: jax.Array, g: jax.Array) -> jax.Array:
     return product("az,zb->ab")(jax.lax.optimization_barrier(x.T), g)
 
 
+def weight_grad_flat_transposed(x: jax.Array, g: jax.Array) -> jax.Array:
+    """The same with xᵀ flattened behind the barrier and reshaped back after it: the copy
+    then gets the row-major layout that YNNPACK's dot takes."""
+    flat = jax.lax.optimization_barrier(x.T.reshape(-1))                     # [d_in * rows]
+    return product("az,zb->ab")(flat.reshape(x.shape[1], x.shape[0]), g)
+
+
 PRODUCTS = {
     "forward": (product("za,ab->zb"), ("x", "w")),
     "input_grad": (product("zb,ab->za"), ("g", "w")),
     "weight_grad": (product("za,zb->ab"), ("x", "g")),
     "weight_grad_transposed": (weight_grad_transposed, ("x", "g")),
+    "weight_grad_flat_transposed": (weight_grad_flat_transposed, ("x", "g")),
 }
 """name -> (function, its operands' names)."""
 

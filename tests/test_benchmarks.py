@@ -176,7 +176,8 @@ def test_int8_dot_benchmark_quick(tmp_path):
 def test_grad_dots_benchmark_quick(tmp_path):
     result = last_json([str(BENCHMARKS / "grad_dots.py"), "--quick", "--runs", "2"], tmp_path)
     flops = 2 * result["rows"] * result["d_in"] * result["d_out"]
-    for name in ("forward", "input_grad", "weight_grad", "weight_grad_transposed"):
+    for name in ("forward", "input_grad", "weight_grad", "weight_grad_transposed",
+                 "weight_grad_flat_transposed"):
         for dtype in ("float32", "bfloat16"):
             key = f"{name}_{dtype}"
             assert positive_finite(result[f"{key}_ms"], result[f"{key}_gflops"])

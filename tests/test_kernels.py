@@ -4,6 +4,8 @@ the Translator's batches without dummy rows."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -325,3 +327,25 @@ def test_int8_decoding_is_refused_off_the_cpu(transformer, monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with pytest.raises(ValueError, match="mixed_bfloat16"):
         Translator(model, IdTokenizer(), IdTokenizer(), quantize="int8")
+
+
+def test_bfloat16_weight_gradient_is_the_float32_sum_of_the_rounded_products():
+    """``mixed_einsum``'s backward of a dense layer in bfloat16: the weight gradient equals
+    xᵀ g of the bfloat16-rounded operands summed in float32; on a CPU with bfloat16 dots the
+    product keeps bfloat16 operands (no float32 copy of the activation)."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((96, 40)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
+
+    def loss(x, w):
+        return (kernels.mixed_einsum("za,ab->zb", x, w, jnp.bfloat16) ** 2).sum()
+
+    grad_w = jax.jit(jax.grad(loss, argnums=1))
+    y = kernels.mixed_einsum("za,ab->zb", x, w, jnp.bfloat16)
+    g = (2 * y).astype(jnp.bfloat16).astype(jnp.float32)
+    expected = x.astype(jnp.bfloat16).astype(jnp.float32).T @ g
+    np.testing.assert_allclose(grad_w(x, w), expected, rtol=1e-5,
+                               atol=1e-5 * float(jnp.abs(expected).max()))
+    if jax.default_backend() == "cpu" and kernels.has_bf16_dots():
+        hlo = grad_w.lower(x, w).compile().as_text()
+        assert not re.search(r"f32\[(96,40|40,96)\]\{[0-9,]+\} fusion", hlo)

@@ -125,13 +125,31 @@ def _low_precision_einsum_fwd(spec, x, y, compute_dtype):
     return out, (xc, yc, jnp.zeros((), x.dtype), jnp.zeros((), y.dtype))
 
 
+def _rows_contracted(spec: str, a: Array, b: Array) -> Array:
+    """``_einsum_f32(spec, a, b)`` for a matrix product that contracts the rows of both
+    operands (``"za,zb->ab"``: a dense layer's weight gradient). XLA:CPU's fast dot library
+    (YNNPACK) does not take that layout, and XLA then runs a bfloat16 product with float32
+    operands, no faster than float32. With native bfloat16 dots, ``a`` is transposed here
+    into [a, z] and flattened behind an optimization barrier (a plain or barrier-held
+    transpose is folded back or handed on with float32 operands), so the product runs as a
+    row-major [M, K] x [K, N] bfloat16 dot (``benchmarks/grad_dots.py``)."""
+    inputs, out = spec.split("->")
+    first, second = inputs.split(",")
+    if not (a.ndim == b.ndim == 2 and first[0] == second[0] and out == first[1] + second[1]
+            and native_low_precision_dots(a.dtype) and jax.default_backend() == "cpu"):
+        return _einsum_f32(spec, a, b)
+    flat = jax.lax.optimization_barrier(a.T.reshape(-1))                        # [M * K]
+    return jnp.einsum("mk,kn->mn", flat.reshape(a.shape[1], a.shape[0]), b,
+                      preferred_element_type=jnp.float32)                       # [M, N]
+
+
 def _low_precision_einsum_bwd(spec, compute_dtype, residuals, grad):
     xc, yc, x_proto, y_proto = residuals
     inputs, out = spec.split("->")
     x_spec, y_spec = inputs.split(",")
     g = grad.astype(compute_dtype)
     dx = _einsum_f32(f"{out},{y_spec}->{x_spec}", g, yc)
-    dy = _einsum_f32(f"{x_spec},{out}->{y_spec}", xc, g)
+    dy = _rows_contracted(f"{x_spec},{out}->{y_spec}", xc, g)
     return dx.astype(x_proto.dtype), dy.astype(y_proto.dtype)
 
 
