@@ -277,3 +277,16 @@ def test_median_json_combines_the_last_lines_of_several_runs(tmp_path):
     assert result["beam4_ratio"] == {"median": 2.80, "min": 2.71, "max": 2.98}
     assert result["greedy_ratio"]["median"] == 2.07
     assert result["nested.a"]["median"] == pytest.approx(5.6)
+
+
+@pytest.mark.slow
+def test_pretrain_profile_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "pretrain_profile.py"), "--quick", "--runs", "1"],
+                       tmp_path)
+    groups = result["by_group"]
+    for name in ("dense products, forward", "dense products, backward", "attention products",
+                 "masked-LM head products", "layer norm", "dropout"):
+        assert name in groups, name
+    assert sum(groups.values()) == pytest.approx(result["traced_s"], abs=1e-3)
+    assert positive_finite(result["grads_s"], result["update_s"], result["traced_s"])
+    assert 1 <= len(result["top"]) <= 10 and result["quick"] is True

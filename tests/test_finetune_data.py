@@ -36,6 +36,10 @@ from textkit.data.squad import (
 )
 from textkit.data.toy_spans import toy_entities, toy_questions
 from textkit.errors import TextkitError
+from textkit.tasks.sequence_classification import (
+    SequenceClassificationConfig,
+    SequenceClassificationTask,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 TOKENIZERS = SHARED / "tokenizers"
@@ -333,3 +337,13 @@ def test_classification_scores_on_hand_made_cases():
     assert regression["spearman"] == pytest.approx(1.0)            # same order, ties shared
     assert regression["pearson"] == pytest.approx(4 / 18 ** 0.5)  # cov 4, variances 9 and 2
     assert regression["mse"] == pytest.approx((1 + 1 + 1 + 1) / 4)
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_a_preset_vocabulary_keeps_case_only_with_cased(tmp_path, cased):
+    config = SequenceClassificationConfig(dataset="toy", save_dir=str(tmp_path),
+                                          model="bert_tiny", vocab_size=60, cased=cased)
+    task = SequenceClassificationTask(config, run=None, log=lambda _: None)
+    task.load_checkpoint(["Paris is big", "Berlin is small"] * 20)
+    pieces = task.tokenizer.tokenizer.encode("Paris").tokens
+    assert pieces[1] == ("Paris" if cased else "paris")

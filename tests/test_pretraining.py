@@ -363,3 +363,20 @@ def test_electra_discriminator_learns_replaced_token_detection(tmp_path):
     assert 0.05 < scores["replaced_fraction"] < 0.25
     assert scores["rtd_loss"] < 0.75 * baseline, (scores, baseline)
     assert scores["rtd_accuracy"] > 1 - scores["replaced_fraction"] + 0.02, scores
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_the_trained_vocabulary_keeps_case_only_with_cased(tmp_path, cased):
+    train = tmp_path / "train.txt"
+    train.write_text("\n".join(["Paris is big . Berlin is small ."] * 40) + "\n",
+                     encoding="utf-8")
+    task, _, _ = prepared(tmp_path / "run", train_file=(str(train),), documents="lines",
+                          vocab_size=80, cased=cased)
+    pieces = task.tokenizer.tokenizer.encode("Paris paris").tokens
+    if cased:   # "paris" never occurs in the text: it splits into pieces
+        assert pieces[1] == "Paris" and "paris" not in pieces
+    else:
+        assert pieces == ["[CLS]", "paris", "paris", "[SEP]"]
+    saved = EncoderTokenizer.from_directory(tmp_path / "run" / "tokenizer", "bert")
+    assert saved.tokenizer.encode("Paris").tokens == task.tokenizer.tokenizer.encode(
+        "Paris").tokens

@@ -181,6 +181,9 @@ class EncoderTaskConfig(TaskConfig):
                       "used without --pretrained", group="model")
     vocab_size: int = flag(8000, "WordPiece vocabulary trained for a --model preset",
                            group="model")
+    cased: bool = flag(False, "keep letter case in the WordPiece vocabulary trained for a "
+                       "--model preset (default: lowercased, as bert-base-uncased)",
+                       group="model")
     max_length: int = flag(128, "tokens per example (longer ones are truncated)", group="data")
     batch_tokens: int = flag(1024, "padded tokens per batch (the bucket's rows x length; "
                              "about 32 sentences of 32 tokens)",
@@ -320,8 +323,10 @@ class EncoderTask(Task):
                 ")" if self._model else f", the {config.model} architecture)")
         else:
             architecture = get_model(config.model, **config.overrides).config.architecture
-            tokenizer = train_wordpiece(texts, config.vocab_size, architecture)
-            source = f"a {len(tokenizer):,}-entry WordPiece vocabulary trained for {config.model}"
+            tokenizer = train_wordpiece(texts, config.vocab_size, architecture,
+                                        lowercase=not config.cased)
+            source = (f"a {len(tokenizer):,}-entry {'cased' if config.cased else 'lowercased'} "
+                      f"WordPiece vocabulary trained for {config.model}")
         self.tokenizer = tokenizer
         model_config = self.build_model().config
         if len(tokenizer) > model_config.vocab_size:

@@ -16,9 +16,9 @@ process, epoch, step), so a resumed run masks as the first one did; the model pr
 Model and tokenizer: ``--pretrained DIR`` (a checkpoint: its tokenizer and architecture, its
 weights with ``--init pretrained``, fresh ones with ``--init random``; a directory with
 tokenizer files only gives the ``--model`` preset that tokenizer), or a ``--model`` preset with
-a WordPiece vocabulary of ``--vocab-size`` trained on the training text (kept in
-``<run>/tokenizer``). The tokenizer needs a mask token. ELECTRA needs an ``electra``
-architecture (e.g. ``--model electra_small_discriminator``).
+a WordPiece vocabulary of ``--vocab-size`` trained on the training text (lowercased unless
+``--cased``; kept in ``<run>/tokenizer``). The tokenizer needs a mask token. ELECTRA needs an
+``electra`` architecture (e.g. ``--model electra_small_discriminator``).
 
 Optimizer: AdamW or LAMB (``optax.scale_by_trust_ratio`` after Adam: layer-wise trust ratios
 for large batches), betas 0.9 / 0.999, eps 1e-6, weight decay on matrices only, gradient
@@ -117,6 +117,8 @@ class PretrainingConfig(TaskConfig):
                       group="model")
     vocab_size: int = flag(8000, "WordPiece vocabulary trained on the training text for a "
                            "--model preset without --pretrained", group="model")
+    cased: bool = flag(False, "keep letter case in that vocabulary (default: lowercased, "
+                       "as bert-base-uncased)", group="model")
     generator_size: float = flag(0.25, "ELECTRA: the generator's hidden size, heads and "
                                  "feed-forward size as a fraction of the discriminator's",
                                  group="model")
@@ -350,7 +352,8 @@ class PretrainingTask(Task):
             description = f"{c.model} (random init) with the tokenizer of {c.pretrained}"
         else:
             tokenizer = self._train_tokenizer(train, architecture)
-            description = (f"{c.model} (random init) with a {len(tokenizer):,}-entry WordPiece "
+            description = (f"{c.model} (random init) with a {len(tokenizer):,}-entry "
+                           f"{'cased' if c.cased else 'lowercased'} WordPiece "
                            f"vocabulary trained on {self.data_name}")
         encoder = get_model(c.model, **{
             "head": self._head(), "vocab_size": len(tokenizer), "pad_id": tokenizer.pad_id,
@@ -371,7 +374,8 @@ class PretrainingTask(Task):
         def build() -> EncoderTokenizer:
             if (directory / "tokenizer.json").is_file():
                 return EncoderTokenizer.from_directory(directory, architecture)
-            tokenizer = train_wordpiece(train.lines(), self.config.vocab_size, architecture)
+            tokenizer = train_wordpiece(train.lines(), self.config.vocab_size, architecture,
+                                        lowercase=not self.config.cased)
             if self.run.main_process:
                 directory.mkdir(parents=True, exist_ok=True)
                 tokenizer.save(directory, architecture)

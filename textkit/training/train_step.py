@@ -149,14 +149,16 @@ class TrainStep:
 
 
 class _LoweredStep:
-    """The two lowered programs of a ``TrainStep``; ``compile()`` gives the step callable."""
+    """The two lowered programs of a ``TrainStep``: ``gradients`` (``(state, batch) -> (grads,
+    carry, loss parts)``) and ``update`` (``(state, grads, *loss parts) -> (state,
+    metrics)``); ``compile()`` gives the step callable."""
 
     def __init__(self, step: TrainStep, gradients: jax.stages.Lowered,
                  update: jax.stages.Lowered):
-        self._step, self._gradients, self._update = step, gradients, update
+        self._step, self.gradients, self.update = step, gradients, update
 
     def compile(self) -> Callable:
-        gradients, update = self._gradients.compile(), self._update.compile()
+        gradients, update = self.gradients.compile(), self.update.compile()
 
         def compiled(state: TrainState, batch: Mapping[str, Any], *carry: Any) -> Any:
             return self._step._finish(update, state, gradients(state, batch, *carry))
