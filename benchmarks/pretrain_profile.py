@@ -26,9 +26,7 @@ import argparse
 import collections
 import json
 import re
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -36,6 +34,7 @@ import jax.numpy as jnp
 import optax
 from cpu_info import cpu_info
 from decode_profile import trace_events
+from grad_dots import time_call
 from pretrain import BERT_BASE, LEARNING_RATE, POLICIES, QUICK, masked_batch, write_checkpoint
 
 from textkit.pretrained import load_pretrained
@@ -82,15 +81,6 @@ def group(is_dot: bool, op_name: str) -> str:
     return "other"
 
 
-def median_seconds(call, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=list(POLICIES), default="float32")
@@ -112,8 +102,8 @@ def main() -> None:
     lowered = step.lower(state, batch)
     gradients, update = lowered.gradients.compile(), lowered.update.compile()
     grads, _, loss_parts = gradients(state, batch)
-    grads_s = median_seconds(lambda: gradients(state, batch), args.runs)
-    update_s = median_seconds(lambda: update(state, grads, *loss_parts), args.runs)
+    grads_s = time_call(lambda: gradients(state, batch), args.runs)
+    update_s = time_call(lambda: update(state, grads, *loss_parts), args.runs)
     ops = instruction_ops(gradients.as_text())
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
