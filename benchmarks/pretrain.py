@@ -20,7 +20,9 @@ Both compute the same loss: ``eval_loss`` and ``hf_eval_loss`` are the float32 l
 dropout before any step (equal to about 1e-5).
 
 Modes: ``float32``; ``bfloat16``: textkit's ``mixed_bfloat16`` policy (float32 weights,
-bfloat16 compute) against torch's CPU autocast to bfloat16. Keys per mode: ``step_s_<mode>``,
+bfloat16 compute) against torch's CPU autocast to bfloat16. The modes run one after the other:
+each builds its textkit step and starts its own peer process, and both are dropped before the
+next mode (with a peer holding both modes, both sides ran slower). Keys per mode: ``step_s_<mode>``,
 ``hf_step_s_<mode>`` and ``step_ratio_<mode>`` (transformers' median step time / textkit's:
 above 1 is textkit faster), ``loss_<mode>`` (textkit's first step's).
 
@@ -244,21 +246,26 @@ def main() -> None:
         summary["masking_seq_s"] = round(masking_throughput(args.quick, Path(tmp)), 1)
         checkpoint = write_checkpoint(Path(tmp), args.quick)
         batch = masked_batch(args.quick, shape["vocab_size"])
-        calls, losses = textkit_steps(checkpoint, batch, modes)
         picked = np.zeros(batch["targets"].shape, bool)
         np.put_along_axis(picked, batch["mlm_positions"], batch["mlm_weights"] > 0, axis=1)
         labels = np.where(picked, batch["targets"], -100)
-        started = Peer.start(python, {
-            "checkpoint": str(checkpoint), "input_ids": batch["input_ids"].tolist(),
-            "labels": labels.tolist(), "modes": modes, "lr": LEARNING_RATE,
-        }) if python else "--no-peer"
-        peer = None if isinstance(started, str) else started
-        times = run_rounds(calls, peer, args.rounds)
-        if peer:
-            peer.close()
-            summary["hf_eval_loss"] = peer.eval_loss
-        else:
-            summary["peer_skipped"] = started
+        losses: dict[str, float] = {}
+        times: dict[str, list[float]] = {}
+        for mode in modes:   # one mode at a time: a process holding both slowed both sides
+            calls, mode_losses = textkit_steps(checkpoint, batch, [mode])
+            losses.update(mode_losses)
+            started = Peer.start(python, {
+                "checkpoint": str(checkpoint), "input_ids": batch["input_ids"].tolist(),
+                "labels": labels.tolist(), "modes": [mode], "lr": LEARNING_RATE,
+            }) if python else "--no-peer"
+            peer = None if isinstance(started, str) else started
+            times.update(run_rounds(calls, peer, args.rounds))
+            del calls
+            if peer:
+                peer.close()
+                summary["hf_eval_loss"] = peer.eval_loss
+            else:
+                summary["peer_skipped"] = started
     if "eval_loss" in losses:
         summary["eval_loss"] = losses["eval_loss"]
     for mode in modes:
