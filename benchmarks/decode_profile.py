@@ -42,15 +42,20 @@ INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\([^=]*?\)|\S+) (\w[\w\-]*)\(", re.M)
 
 
-def instruction_kinds(hlo: str) -> dict[str, str]:
-    """Instruction name -> kind, from the optimized HLO text of the program."""
-    kinds = {}
-    blocks = re.split(r"\n(?=\S)", hlo)   # one block per computation
+def hlo_computations(hlo: str) -> dict[str, str]:
+    """Computation name -> its text, from the optimized HLO text of a program."""
     computations = {}
-    for block in blocks:
+    for block in re.split(r"\n(?=\S)", hlo):   # one block per computation
         header = re.match(r"(?:ENTRY\s+)?%?([\w.\-]+)", block)
         if header:
             computations[header.group(1)] = block
+    return computations
+
+
+def instruction_kinds(hlo: str) -> dict[str, str]:
+    """Instruction name -> kind, from the optimized HLO text of the program."""
+    kinds = {}
+    computations = hlo_computations(hlo)
     for name, shape, opcode in INSTRUCTION.findall(hlo):
         kind = opcode
         if opcode == "fusion" or opcode == "call":

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from cpu_info import cpu_info
-from decode_profile import trace_events
+from decode_profile import hlo_computations, trace_events
 from grad_dots import time_call
 from pretrain import BERT_BASE, LEARNING_RATE, POLICIES, QUICK, masked_batch, write_checkpoint
 
@@ -47,11 +47,7 @@ LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (?:\([^=]*?\)|\S+) (\w[\w\-]*
 def instruction_ops(hlo: str) -> dict[str, tuple[bool, str]]:
     """Instruction name -> (whether it computes a dot, its ``op_name``), from the optimized HLO
     text; a fusion computes a dot when its called computation holds one."""
-    blocks = {}
-    for block in re.split(r"\n(?=\S)", hlo):              # one block per computation
-        header = re.match(r"(?:ENTRY\s+)?%?([\w.\-]+)", block)
-        if header:
-            blocks[header.group(1)] = block
+    blocks = hlo_computations(hlo)
     ops = {}
     for name, opcode, rest in LINE.findall(hlo):
         called = re.search(r"calls=%?([\w.\-]+)", rest)
