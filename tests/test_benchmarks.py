@@ -173,6 +173,17 @@ def test_int8_dot_benchmark_quick(tmp_path):
     assert result["bf16_carrier_min_rows"] == 48 and result["quick"] is True
 
 
+def test_adamw_update_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "adamw_update.py"), "--quick", "--runs", "2"], tmp_path)
+    assert positive_finite(*(result[f"{name}_ms"] for name in ("recipe", "optax", "one_pass")))
+    assert result["one_pass_ratio"] == pytest.approx(
+        result["optax_ms"] / result["one_pass_ms"], rel=0.01)
+    assert result["max_abs_diff"] < 1e-6        # the one-pass form is optax's update
+    for name in ("recipe", "optax", "one_pass"):
+        assert result[f"fusions_{name}"] >= 1   # the embedding table is updated in the program
+    assert result["quick"] is True and result["params"] > 0
+
+
 def test_grad_dots_benchmark_quick(tmp_path):
     result = last_json([str(BENCHMARKS / "grad_dots.py"), "--quick", "--runs", "2"], tmp_path)
     flops = 2 * result["rows"] * result["d_in"] * result["d_out"]
