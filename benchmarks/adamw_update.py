@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from cpu_info import cpu_info
+from train_step import time_interleaved
 
 from textkit.models import Encoder, EncoderConfig
 from textkit.tasks.encoder_task import adamw
@@ -77,20 +75,6 @@ def chain_update(tx: optax.GradientTransformation) -> Callable:
     return jax.jit(update, donate_argnums=(0, 1))
 
 
-def median_ms(calls: dict[str, Callable[[], Any]], runs: int) -> dict[str, float]:
-    """Median milliseconds of each call (which returns what to wait for), the calls taking
-    turns run by run so that a change in machine load hits them alike."""
-    for call in calls.values():
-        jax.block_until_ready(call())
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[name].append(time.perf_counter() - start)
-    return {name: 1e3 * statistics.median(values) for name, values in times.items()}
-
-
 def embedding_fusions(hlo: str, shape: tuple[int, ...]) -> int:
     """Fusions in the program's entry whose result has ``shape`` (passes over that leaf)."""
     dims = ",".join(map(str, shape))
@@ -119,33 +103,37 @@ def main() -> None:
     optax_tx = optax.chain(clip_by_global_norm(1.0),
                            optax.adamw(LEARNING_RATE, BETA1, BETA2, EPS, weight_decay=DECAY))
     results: dict[str, Any] = {}
-    calls: dict[str, Callable[[], Any]] = {}
+    calls: dict[str, Callable[[], None]] = {}
     for name, tx in (("recipe", recipe_tx), ("optax", optax_tx)):
         update = chain_update(tx)
-        state = [fresh(), None]
-        state[1] = tx.init(state[0])
+        start = fresh()
+        state = [start, tx.init(start)]
         results[f"fusions_{name}"] = embedding_fusions(
             update.lower(state[0], state[1], grads).compile().as_text(), table)
 
         def call(update=update, state=state):
             state[0], state[1] = update(state[0], state[1], grads)
-            return state[0]
+            jax.block_until_ready(state[0])
 
         calls[name] = call
     fused = jax.jit(one_pass_adamw, donate_argnums=(0, 2, 3))
     zeros = lambda: jax.tree_util.tree_map(jnp.zeros_like, params)  # noqa: E731
-    mine = [fresh(), zeros(), zeros(), jnp.zeros([], jnp.int32)]
+    one_pass_start = lambda: [fresh(), zeros(), zeros(), jnp.zeros([], jnp.int32)]  # noqa: E731
+    mine = one_pass_start()
     results["fusions_one_pass"] = embedding_fusions(
         fused.lower(mine[0], grads, mine[1], mine[2], mine[3]).compile().as_text(), table)
 
     def call_fused():
         mine[0], mine[1], mine[2], mine[3] = fused(mine[0], grads, mine[1], mine[2], mine[3])
-        return mine[0]
+        jax.block_until_ready(mine[0])
 
     calls["one_pass"] = call_fused
-    results.update({f"{name}_ms": round(ms, 3) for name, ms in median_ms(calls, args.runs).items()})
+    for call in calls.values():
+        call()                                                  # compiled and run once first
+    seconds = time_interleaved(calls, args.runs)                # medians, taking turns
+    results.update({f"{name}_ms": round(1e3 * s, 3) for name, s in seconds.items()})
     check_optax, check_opt = fresh(), optax_tx.init(params)
-    check_mine = [fresh(), zeros(), zeros(), jnp.zeros([], jnp.int32)]
+    check_mine = one_pass_start()
     reference = chain_update(optax_tx)
     for _ in range(3):
         check_optax, check_opt = reference(check_optax, check_opt, grads)
@@ -155,7 +143,7 @@ def main() -> None:
         jax.tree_util.tree_leaves(check_optax), jax.tree_util.tree_leaves(check_mine[0])))
     results["max_abs_diff"] = diff
     results["one_pass_ratio"] = round(results["optax_ms"] / results["one_pass_ms"], 3)
-    count = sum(int(np.prod(x.shape)) for x in leaves)
+    count = sum(x.size for x in leaves)
     print(f"{count:,} parameters; recipe {results['recipe_ms']:.2f} ms, optax "
           f"{results['optax_ms']:.2f} ms, one pass {results['one_pass_ms']:.2f} ms; passes over "
           f"the embedding table: {results['fusions_recipe']} / {results['fusions_optax']} / "
