@@ -4,7 +4,7 @@ decide float32 vs bfloat16 matmul speed (read from ``/proc/cpuinfo``; empty else
 from __future__ import annotations
 
 FEATURES = ("fma", "avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-            "amx_tile", "amx_bf16")
+            "amx_tile", "amx_bf16", "amx_int8")
 
 
 def cpu_info() -> dict[str, object]:

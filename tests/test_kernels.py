@@ -178,6 +178,9 @@ def test_int8_carrier_by_rows_and_cpu(fake_cpuinfo):
     assert kernels.int8_carrier(4096) == jnp.uint8
     fake_cpuinfo("avx_vnni")
     assert kernels.has_vnni() and kernels.int8_carrier(4096) == jnp.uint8
+    fake_cpuinfo("avx512_vnni avx512_bf16 amx_bf16 amx_int8")   # AMX: the int8 dot is fastest
+    assert kernels.has_amx_int8()
+    assert {kernels.int8_carrier(rows) for rows in (1, 48, 4096)} == {jnp.int8}
 
 
 @pytest.mark.parametrize("rows", [1, 2, 16, 33])

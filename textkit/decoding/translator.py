@@ -12,9 +12,9 @@ detokenized by the target tokenizer.
 ``quantize="int8"`` decodes with int8 weights (``textkit.models.kernels.quantize_int8``; CPU
 inference): the parameters given to ``translate`` are quantized once and kept for the next call
 with the same parameters object. Each batch multiplies the int8 values in the carrier that is
-faster for its rows x beams (``int8_carrier``: int8; for many rows the VNNI product on a CPU
-with VNNI, or bfloat16 on one with bf16 dot instructions; the same results), each carrier's
-copy made once.
+faster for its rows x beams (``int8_carrier``: int8, always on a CPU with AMX int8 tiles; for
+many rows the VNNI product on a CPU with VNNI, or bfloat16 on one with bf16 dot instructions;
+the same results), each carrier's copy made once.
 
 What the model accepts is read from its config where it says (``max_positions``,
 ``input_vocab_size``): a source id outside the source vocabulary is a ``ValueError`` naming

@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "BF16_CARRIER_MIN_ROWS", "INT8_MAX", "Int8Layer", "VNNI_CARRIER_MIN_ROWS", "has_bf16_dots",
-    "has_vnni", "int8_carrier",
+    "BF16_CARRIER_MIN_ROWS", "INT8_MAX", "Int8Layer", "VNNI_CARRIER_MIN_ROWS", "has_amx_int8",
+    "has_bf16_dots", "has_vnni", "int8_carrier",
     "int8_matmul", "mixed_einsum", "model_and_flags", "native_low_precision_dots",
     "quantize_int8", "symmetric_int8",
 ]
@@ -77,6 +77,12 @@ def has_vnni() -> bool:
     """Whether the CPU has int8 dot-product instructions (``avx512_vnni`` or ``avx_vnni``),
     which XLA:CPU uses for unsigned x signed int8 matmuls (``vnni.mixed_int8_dot``)."""
     return bool(model_and_flags()[1] & {"avx512_vnni", "avx_vnni"})
+
+
+def has_amx_int8() -> bool:
+    """Whether the CPU has AMX int8 tile instructions (``amx_int8``), which XLA:CPU's
+    int8 x int8 -> int32 dot uses: then the plain int8 product is the fastest carrier."""
+    return "amx_int8" in model_and_flags()[1]
 
 
 def has_bf16_dots() -> bool:
@@ -204,13 +210,14 @@ a CPU with VNNI (``int8_carrier``); ``benchmarks/int8_dot.py`` measures the cros
 
 def int8_carrier(rows: int) -> Any:
     """The dtype that holds int8 weight values for the fastest product with ``rows`` input rows
-    (``quantize_int8``'s ``carrier``), on XLA:CPU: uint8 (int8 values, the VNNI product) on a
-    CPU with VNNI (``has_vnni``) from ``VNNI_CARRIER_MIN_ROWS`` rows; else bfloat16 on a CPU
-    with bf16 dot instructions (``has_bf16_dots``) from ``BF16_CARRIER_MIN_ROWS`` rows; int8
-    otherwise. Every int8 value is exact in bfloat16; XLA:CPU's int8 x int8 -> int32 dot does
-    not use the CPU's int8 dot-product instructions, and its bfloat16 dot overtakes it once
-    there are enough rows."""
-    if jax.default_backend() != "cpu":
+    (``quantize_int8``'s ``carrier``), on XLA:CPU: int8 at every row count on a CPU with AMX
+    int8 tiles (``has_amx_int8``); else uint8 (int8 values, the VNNI product) on a CPU with
+    VNNI (``has_vnni``) from ``VNNI_CARRIER_MIN_ROWS`` rows; else bfloat16 on a CPU with bf16
+    dot instructions (``has_bf16_dots``) from ``BF16_CARRIER_MIN_ROWS`` rows; int8 otherwise.
+    Every int8 value is exact in bfloat16; without AMX, XLA:CPU's int8 x int8 -> int32 dot
+    does not use the CPU's int8 dot-product instructions, and its bfloat16 dot overtakes it
+    once there are enough rows."""
+    if jax.default_backend() != "cpu" or has_amx_int8():
         return jnp.int8
     if rows >= VNNI_CARRIER_MIN_ROWS and has_vnni():
         return jnp.uint8
