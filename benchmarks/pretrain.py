@@ -32,6 +32,12 @@ back, batched (``PretrainingBatchify``) and masked (``Masker``, whole words) by
 core), ``step_seq_s`` (the float32 step's sequences per second) and ``masking_headroom``
 (their ratio: above 1, the host keeps up with the step without help).
 
+``--processes N`` runs all of the above N times, each in a fresh process, one after the other,
+and reports the median of the N runs' values for every step time and the masking rate (the
+ratios recomputed from them), each run's value listed under ``<key>_processes``, and
+``processes``. One process keeps one speed for its whole run, and on some machines processes
+differ by a quarter; rounds within one process do not average that out.
+
 ``--quick``: a 2-layer, 64-wide model, vocabulary 1,000, 4 x 16 tokens, a small corpus (checks
 that the script runs). Without torch / transformers in the peer's Python (or with
 ``--no-peer``) the JSON line has ``peer_skipped`` instead of the ratios. The last output line
@@ -228,6 +234,9 @@ def main() -> None:
     parser.add_argument("--peer-python", default=sys.executable,
                         help="Python with torch + transformers for the worker process")
     parser.add_argument("--no-peer", action="store_true", help="skip the transformers side")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run everything in this many fresh processes, one after the "
+                             "other, and report the medians of their medians")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(POLICIES) or not modes:
@@ -235,6 +244,11 @@ def main() -> None:
     python = None if args.no_peer else args.peer_python
     if python and not shutil.which(python):
         parser.error(f"--peer-python {python}: no such executable")
+    if args.processes < 1:
+        parser.error(f"--processes: expected at least 1, got {args.processes}")
+    if args.processes > 1:
+        print(json.dumps(across_processes(sys.argv[1:], args.processes, modes)))
+        return
     machine = cpu_info()
     print(f"cpu: {machine['cpu']}; has {machine['features']}; devices {jax.devices()}",
           flush=True)
@@ -270,16 +284,52 @@ def main() -> None:
         summary["eval_loss"] = losses["eval_loss"]
     for mode in modes:
         summary[f"loss_{mode}"] = round(losses[mode], 4)
-        summary[f"step_s_{mode}"] = round(statistics.median(times[f"step_s_{mode}"]), 4)
-        if f"hf_step_s_{mode}" in times:
-            summary[f"hf_step_s_{mode}"] = round(statistics.median(times[f"hf_step_s_{mode}"]), 4)
+        for key in (f"step_s_{mode}", f"hf_step_s_{mode}"):
+            if key in times:
+                summary[key] = round(statistics.median(times[key]), 4)
+    add_ratios(summary, modes)
+    summary["cpu"] = machine
+    print(json.dumps(summary))
+
+
+def add_ratios(summary: dict[str, Any], modes: list[str]) -> None:
+    """``step_ratio_<mode>`` (with the peer), ``step_seq_s`` and ``masking_headroom`` (with
+    float32) from the summary's step seconds and masking rate."""
+    for mode in modes:
+        if f"hf_step_s_{mode}" in summary:
             summary[f"step_ratio_{mode}"] = round(
                 summary[f"hf_step_s_{mode}"] / summary[f"step_s_{mode}"], 3)
     if "float32" in modes:
-        summary["step_seq_s"] = round(rows / summary["step_s_float32"], 2)
+        summary["step_seq_s"] = round(summary["batch"] / summary["step_s_float32"], 2)
         summary["masking_headroom"] = round(summary["masking_seq_s"] / summary["step_seq_s"], 1)
-    summary["cpu"] = machine
-    print(json.dumps(summary))
+
+
+def across_processes(argv: list[str], count: int, modes: list[str]) -> dict[str, Any]:
+    """This benchmark run ``count`` times, each in a fresh process, one after the other (a
+    process keeps one speed for its whole run, and processes differ): every step time and the
+    masking rate is the median of the runs' values, listed per run under ``<key>_processes``,
+    and the ratios are recomputed from those medians."""
+    runs = []
+    for index in range(count):
+        print(f"process {index + 1} of {count}", flush=True)
+        child = subprocess.Popen([sys.executable, __file__, *argv, "--processes", "1"],
+                                 stdout=subprocess.PIPE, text=True)
+        last = ""
+        for line in child.stdout:
+            print(line, end="", flush=True)
+            last = line if line.strip() else last
+        if child.wait():
+            raise SystemExit(f"process {index + 1} of {count} exited with status "
+                             f"{child.returncode}")
+        runs.append(json.loads(last))
+    summary = {**runs[0], "processes": count}
+    timed = [k for k in summary if k.startswith(("step_s_", "hf_step_s_"))] + ["masking_seq_s"]
+    for key in timed:
+        values = [run[key] for run in runs]
+        summary[key] = round(statistics.median(values), 4)
+        summary[f"{key}_processes"] = values
+    add_ratios(summary, modes)
+    return summary
 
 
 if __name__ == "__main__":

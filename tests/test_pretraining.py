@@ -287,11 +287,15 @@ def test_electra_recipe_trains_both_networks_and_exports_them(tmp_path):
 @pytest.mark.slow
 def test_benchmark_quick_without_a_peer(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretrain.py"), "--quick",
-                           "--no-peer", "--rounds", "1"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+                           "--no-peer", "--rounds", "1", "--processes", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["peer_skipped"] == "--no-peer" and result["quick"] is True
+    assert result["processes"] == 2
+    for key in ("step_s_float32", "step_s_bfloat16", "masking_seq_s"):
+        assert len(result[f"{key}_processes"]) == 2
+        assert result[key] == pytest.approx(np.median(result[f"{key}_processes"]), abs=1e-4)
     assert result["masking_headroom"] == pytest.approx(
         result["masking_seq_s"] / result["step_seq_s"], rel=0.01)
     assert all(math.isfinite(result[k]) for k in ("eval_loss", "loss_float32", "loss_bfloat16"))
