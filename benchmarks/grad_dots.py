@@ -107,7 +107,7 @@ def main() -> None:
                                 args.runs)
             key = f"{name}_{dtype_name}"
             result[f"{key}_ms"] = round(seconds * 1e3, 3)
-            result[f"{key}_gflops"] = round(flops / seconds / 1e9, 1)
+            result[f"{key}_gflops"] = float(f"{flops / seconds / 1e9:.3g}")   # tiny quick runs too
             result[f"{key}_ynn"] = "__ynn_fusion" in hlo
             result[f"{key}_float32_operands"] = (
                 dtype_name == "bfloat16" and float32_operands(hlo, [shapes[k] for k in operands]))

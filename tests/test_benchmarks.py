@@ -191,8 +191,7 @@ def test_grad_dots_benchmark_quick(tmp_path):
                  "weight_grad_flat_transposed"):
         for dtype in ("float32", "bfloat16"):
             key = f"{name}_{dtype}"
-            # the quick products are tiny: a slow call (a loaded machine) rounds to 0.0 GFLOP/s
-            assert positive_finite(result[f"{key}_ms"]) and result[f"{key}_gflops"] >= 0
+            assert positive_finite(result[f"{key}_ms"], result[f"{key}_gflops"])
             assert result[f"{key}_gflops"] == pytest.approx(
                 flops / result[f"{key}_ms"] / 1e6, rel=0.05, abs=0.1)  # (both are rounded)
             assert isinstance(result[f"{key}_ynn"], bool)
