@@ -301,3 +301,14 @@ def test_pretrain_profile_quick(tmp_path):
     assert sum(groups.values()) == pytest.approx(result["traced_s"], abs=1e-3)
     assert positive_finite(result["grads_s"], result["update_s"], result["traced_s"])
     assert 1 <= len(result["top"]) <= 10 and result["quick"] is True
+
+
+@pytest.mark.slow
+def test_finetune_profile_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "finetune_profile.py"), "--quick"], tmp_path)
+    assert result["steps"] == result["epoch_steps"] > 0      # one update per training step
+    assert positive_finite(result["gradients_ms"], result["update_ms"],
+                           result["gradients_busy_ms"], result["update_busy_ms"])
+    assert 0 < result["products_busy_ms"] <= result["gradients_busy_ms"]
+    assert 1 <= len(result["top"]) <= 10 and result["top"][0][0] in ("traced", "update")
+    assert result["pack"] is True and result["quick"] is True
