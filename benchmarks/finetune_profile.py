@@ -14,6 +14,9 @@ traced steps):
   per call of the program (the gradient program also runs once as it is precompiled);
 - ``products_busy_ms``: the gradient program's instructions that compute a dot (a ``dot`` or a
   fusion holding one, YNNPACK's included);
+- ``others_busy_ms``: the gradient program's other instructions, summed by the last part of
+  their ``op_name`` (the jax operation: ``convert_element_type``, ``erfc``, ...), the eight
+  largest;
 - ``gap_ms``: the host's time between the programs (dispatch, the training loop);
 - ``top``: the ten costliest instructions, ``[program, instruction, result shape, busy ms per
   step, the tail of its op_name]``.
@@ -157,6 +160,10 @@ def main() -> None:
             busy[program, event["name"]] += 1e-3 * float(event.get("dur", 0)) / calls[program]
     products = sum(ms for (program, name), ms in busy.items()
                    if program == "jit_traced" and modules[program][name][1])
+    others: collections.Counter = collections.Counter()
+    for (program, name), ms in busy.items():
+        if program == "jit_traced" and not modules[program][name][1]:
+            others[modules[program][name][2].rsplit("/", 1)[-1] or name] += ms
     top = [[program.removeprefix("jit_"), name, modules[program][name][0], round(ms, 3),
             modules[program][name][2][-80:]] for (program, name), ms in busy.most_common(10)]
     result = {"gradients_ms": round(median_ms("jit_traced", False), 2),
@@ -165,12 +172,13 @@ def main() -> None:
               "update_ms": round(median_ms("jit_update", False), 2),
               "update_busy_ms": round(median_ms("jit_update", True), 2),
               "gap_ms": round(1e-3 * statistics.median(gaps), 2) if gaps else 0.0,
+              "others_busy_ms": {k: round(ms, 2) for k, ms in others.most_common(8)},
               "steps": steps, "epoch_steps": traced["steps"], "precision": args.precision,
               "pack": not args.buckets, "quick": args.quick, "top": top, "cpu": machine}
     print(f"{args.precision}: gradients {result['gradients_ms']} ms (busy "
           f"{result['gradients_busy_ms']}, products {result['products_busy_ms']}), update "
           f"{result['update_ms']} ms (busy {result['update_busy_ms']}), gap {result['gap_ms']} "
-          f"ms; {steps} steps")
+          f"ms; {steps} steps; other instructions of the gradients: {result['others_busy_ms']}")
     for row in top:
         print("  " + "  ".join(map(str, row)))
     print(json.dumps(result))

@@ -311,4 +311,5 @@ def test_finetune_profile_quick(tmp_path):
                            result["gradients_busy_ms"], result["update_busy_ms"])
     assert 0 < result["products_busy_ms"] <= result["gradients_busy_ms"]
     assert 1 <= len(result["top"]) <= 10 and result["top"][0][0] in ("traced", "update")
+    assert 1 <= len(result["others_busy_ms"]) <= 8
     assert result["pack"] is True and result["quick"] is True
