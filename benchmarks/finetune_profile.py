@@ -103,6 +103,43 @@ def program_runs(events: list[dict]) -> list[list]:
     return runs
 
 
+def step_profile(events: list[dict], modules: dict[str, dict]) -> dict:
+    """The per-step figures of the module docstring from the trace's ``events`` and the
+    programs' instructions (``dumped_modules``)."""
+    runs = program_runs(events)
+    steps = sum(run[0] == "jit_update" for run in runs)
+    if not steps:
+        raise RuntimeError("the trace holds no update program's instructions")
+
+    def median_ms(program: str, busy: bool) -> float:
+        return 1e-3 * statistics.median(run[3] if busy else run[2] - run[1]
+                                        for run in runs if run[0] == program)
+
+    gaps = [later[1] - earlier[2] for earlier, later in zip(runs, runs[1:])]
+    calls = collections.Counter(run[0] for run in runs)
+    busy: collections.Counter = collections.Counter()
+    for event in events:
+        program = (event.get("args") or {}).get("hlo_module")
+        if event.get("ph") == "X" and program in PROGRAMS and event["name"] in modules[program]:
+            busy[program, event["name"]] += 1e-3 * float(event.get("dur", 0)) / calls[program]
+    products = sum(ms for (program, name), ms in busy.items()
+                   if program == "jit_traced" and modules[program][name][1])
+    others: collections.Counter = collections.Counter()
+    for (program, name), ms in busy.items():
+        if program == "jit_traced" and not modules[program][name][1]:
+            others[modules[program][name][2].rsplit("/", 1)[-1] or name] += ms
+    top = [[program.removeprefix("jit_"), name, modules[program][name][0], round(ms, 3),
+            modules[program][name][2][-80:]] for (program, name), ms in busy.most_common(10)]
+    return {"gradients_ms": round(median_ms("jit_traced", False), 2),
+            "gradients_busy_ms": round(median_ms("jit_traced", True), 2),
+            "products_busy_ms": round(products, 2),
+            "update_ms": round(median_ms("jit_update", False), 2),
+            "update_busy_ms": round(median_ms("jit_update", True), 2),
+            "gap_ms": round(1e-3 * statistics.median(gaps), 2) if gaps else 0.0,
+            "others_busy_ms": {k: round(ms, 2) for k, ms in others.most_common(8)},
+            "steps": steps, "top": top}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=("float32", "mixed_bfloat16"), default="float32")
@@ -142,46 +179,16 @@ def main() -> None:
             traced = epoch("traced")
         events = trace_events(work / "trace")
         modules = dumped_modules(dump)
-        runs = program_runs(events)
-        steps = sum(run[0] == "jit_update" for run in runs)
-        if not steps:
-            raise RuntimeError("the trace holds no update program's instructions")
-
-        def median_ms(program: str, busy: bool) -> float:
-            return 1e-3 * statistics.median(run[3] if busy else run[2] - run[1]
-                                             for run in runs if run[0] == program)
-
-        gaps = [later[1] - earlier[2] for earlier, later in zip(runs, runs[1:])]
-    calls = collections.Counter(run[0] for run in runs)
-    busy: collections.Counter = collections.Counter()
-    for event in events:
-        program = (event.get("args") or {}).get("hlo_module")
-        if event.get("ph") == "X" and program in PROGRAMS and event["name"] in modules[program]:
-            busy[program, event["name"]] += 1e-3 * float(event.get("dur", 0)) / calls[program]
-    products = sum(ms for (program, name), ms in busy.items()
-                   if program == "jit_traced" and modules[program][name][1])
-    others: collections.Counter = collections.Counter()
-    for (program, name), ms in busy.items():
-        if program == "jit_traced" and not modules[program][name][1]:
-            others[modules[program][name][2].rsplit("/", 1)[-1] or name] += ms
-    top = [[program.removeprefix("jit_"), name, modules[program][name][0], round(ms, 3),
-            modules[program][name][2][-80:]] for (program, name), ms in busy.most_common(10)]
-    result = {"gradients_ms": round(median_ms("jit_traced", False), 2),
-              "gradients_busy_ms": round(median_ms("jit_traced", True), 2),
-              "products_busy_ms": round(products, 2),
-              "update_ms": round(median_ms("jit_update", False), 2),
-              "update_busy_ms": round(median_ms("jit_update", True), 2),
-              "gap_ms": round(1e-3 * statistics.median(gaps), 2) if gaps else 0.0,
-              "others_busy_ms": {k: round(ms, 2) for k, ms in others.most_common(8)},
-              "steps": steps, "epoch_steps": traced["steps"], "precision": args.precision,
-              "pack": not args.buckets, "quick": args.quick, "top": top, "cpu": machine}
+    result = {**step_profile(events, modules), "epoch_steps": traced["steps"],
+              "precision": args.precision, "pack": not args.buckets, "quick": args.quick}
     print(f"{args.precision}: gradients {result['gradients_ms']} ms (busy "
           f"{result['gradients_busy_ms']}, products {result['products_busy_ms']}), update "
           f"{result['update_ms']} ms (busy {result['update_busy_ms']}), gap {result['gap_ms']} "
-          f"ms; {steps} steps; other instructions of the gradients: {result['others_busy_ms']}")
-    for row in top:
+          f"ms; {result['steps']} steps; the gradients' other instructions: "
+          f"{result['others_busy_ms']}")
+    for row in result["top"]:
         print("  " + "  ".join(map(str, row)))
-    print(json.dumps(result))
+    print(json.dumps({**result, "cpu": machine}))
 
 
 if __name__ == "__main__":
