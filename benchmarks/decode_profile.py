@@ -38,8 +38,8 @@ from decode import (
     write_marian_checkpoint,
 )
 
-INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\([^=]*?\)|\S+) (\w[\w\-]*)\(", re.M)
+INSTRUCTION = re.compile(  # name, result shape, opcode, the rest of the line
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\([^=]*?\)|\S+) (\w[\w\-]*)\((.*)$", re.M)
 
 
 def hlo_computations(hlo: str) -> dict[str, str]:
@@ -56,7 +56,7 @@ def instruction_kinds(hlo: str) -> dict[str, str]:
     """Instruction name -> kind, from the optimized HLO text of the program."""
     kinds = {}
     computations = hlo_computations(hlo)
-    for name, shape, opcode in INSTRUCTION.findall(hlo):
+    for name, shape, opcode, _ in INSTRUCTION.findall(hlo):
         kind = opcode
         if opcode == "fusion" or opcode == "call":
             line = re.search(rf"%?{re.escape(name)} = .*", hlo).group(0)
@@ -92,6 +92,21 @@ def group(kind: str) -> str:
     if kind in ("copy", "transpose"):
         return "copy/transpose"
     return kind if kind.startswith("custom-call") else "other (elementwise, reduce, control)"
+
+
+def instruction_ops(hlo: str) -> dict[str, tuple[bool, str, str]]:
+    """Instruction name -> (whether it computes a dot, its ``op_name``, its result shape without
+    layout), from the optimized HLO text; a fusion computes a dot when its called computation
+    holds one."""
+    blocks = hlo_computations(hlo)
+    ops = {}
+    for name, shape, opcode, rest in INSTRUCTION.findall(hlo):
+        called = re.search(r"calls=%?([\w.\-]+)", rest)
+        body = blocks.get(called.group(1), "") if called else ""
+        is_dot = opcode == "dot" or " dot(" in body
+        op_name = re.search(r'op_name="([^"]*)"', rest)
+        ops[name] = (is_dot, op_name.group(1) if op_name else "", shape.split("{")[0])
+    return ops
 
 
 def trace_events(directory: Path) -> list[dict]:

@@ -10,8 +10,9 @@ traced steps):
 - ``gradients_ms`` / ``update_ms``: wall time of the gradient program (``jit_traced``) and of
   AdamW's update (``jit_update``), first instruction's start to last's end;
 - ``gradients_busy_ms`` / ``update_busy_ms``: their instructions' durations summed; XLA:CPU runs
-  independent instructions on both threads at once, so busy time can exceed wall time;
-  per call of the program (the gradient program also runs once as it is precompiled);
+  independent instructions on both threads at once, so busy time can exceed wall time (the
+  first step's gradient run also holds the precompiling call: the medians leave it out, the
+  per-instruction sums below count it as one step more);
 - ``products_busy_ms``: the gradient program's instructions that compute a dot (a ``dot`` or a
   fusion holding one, YNNPACK's included);
 - ``others_busy_ms``: the gradient program's other instructions, summed by the last part of
@@ -34,7 +35,6 @@ import argparse
 import collections
 import json
 import os
-import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -42,7 +42,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from cpu_info import cpu_info
-from decode_profile import trace_events
+from decode_profile import instruction_ops, trace_events
 from finetune import (
     ROWS_PER_STEP,
     batch_tokens_for,
@@ -55,32 +55,17 @@ from finetune import (
 from textkit.data.labelled_text import read_labelled
 
 PROGRAMS = ("jit_traced", "jit_update")
-INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (\([^=]*?\)|\S+) ([\w\-]+)\((.*)$",
-                         re.M)
 
 
-def instructions(hlo: str) -> dict[str, tuple[str, bool, str]]:
-    """Instruction name -> (result shape, whether it computes a dot, ``op_name``), read from one
-    optimised HLO module; a fusion computes a dot when its called computation holds one."""
-    bodies = dict(re.findall(r"^%?([\w.\-]+) [^\n]*\{\n(.*?)\n\}", hlo, re.M | re.S))
-    found = {}
-    for name, shape, opcode, rest in INSTRUCTION.findall(hlo):
-        called = re.search(r"calls=%?([\w.\-]+)", rest)
-        body = bodies.get(called.group(1), "") if called else ""
-        op_name = re.search(r'op_name="([^"]*)"', rest)
-        found[name] = (shape.split("{")[0], opcode == "dot" or " dot(" in body,
-                       op_name.group(1) if op_name else "")
-    return found
-
-
-def dumped_modules(dump: Path) -> dict[str, dict[str, tuple[str, bool, str]]]:
-    """Each step program's instructions, from the last optimised dump of that program."""
+def dumped_modules(dump: Path) -> dict[str, dict[str, tuple[bool, str, str]]]:
+    """Each step program's instructions (``instruction_ops``: dot or not, ``op_name``, shape),
+    from the last optimised dump of that program."""
     modules = {}
     for program in PROGRAMS:
         files = sorted(dump.glob(f"module_*.{program}.cpu_after_optimizations.txt"))
         if not files:
             raise RuntimeError(f"XLA dumped no optimised {program} under {dump}")
-        modules[program] = instructions(files[-1].read_text())
+        modules[program] = instruction_ops(files[-1].read_text())
     return modules
 
 
@@ -123,13 +108,13 @@ def step_profile(events: list[dict], modules: dict[str, dict]) -> dict:
         if event.get("ph") == "X" and program in PROGRAMS and event["name"] in modules[program]:
             busy[program, event["name"]] += 1e-3 * float(event.get("dur", 0)) / calls[program]
     products = sum(ms for (program, name), ms in busy.items()
-                   if program == "jit_traced" and modules[program][name][1])
+                   if program == "jit_traced" and modules[program][name][0])
     others: collections.Counter = collections.Counter()
     for (program, name), ms in busy.items():
-        if program == "jit_traced" and not modules[program][name][1]:
-            others[modules[program][name][2].rsplit("/", 1)[-1] or name] += ms
-    top = [[program.removeprefix("jit_"), name, modules[program][name][0], round(ms, 3),
-            modules[program][name][2][-80:]] for (program, name), ms in busy.most_common(10)]
+        if program == "jit_traced" and not modules[program][name][0]:
+            others[modules[program][name][1].rsplit("/", 1)[-1] or name] += ms
+    top = [[program.removeprefix("jit_"), name, modules[program][name][2], round(ms, 3),
+            modules[program][name][1][-80:]] for (program, name), ms in busy.most_common(10)]
     return {"gradients_ms": round(median_ms("jit_traced", False), 2),
             "gradients_busy_ms": round(median_ms("jit_traced", True), 2),
             "products_busy_ms": round(products, 2),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
 import tempfile
 from pathlib import Path
 
@@ -33,29 +32,13 @@ import jax
 import jax.numpy as jnp
 import optax
 from cpu_info import cpu_info
-from decode_profile import hlo_computations, trace_events
+from decode_profile import instruction_ops, trace_events
 from grad_dots import time_call
 from pretrain import BERT_BASE, LEARNING_RATE, POLICIES, QUICK, masked_batch, write_checkpoint
 
 from textkit.pretrained import load_pretrained
 from textkit.tasks.pretraining_objectives import PretrainingModel, pretraining_loss
 from textkit.training import create_train_state, make_train_step
-
-LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (?:\([^=]*?\)|\S+) (\w[\w\-]*)\((.*)$", re.M)
-
-
-def instruction_ops(hlo: str) -> dict[str, tuple[bool, str]]:
-    """Instruction name -> (whether it computes a dot, its ``op_name``), from the optimized HLO
-    text; a fusion computes a dot when its called computation holds one."""
-    blocks = hlo_computations(hlo)
-    ops = {}
-    for name, opcode, rest in LINE.findall(hlo):
-        called = re.search(r"calls=%?([\w.\-]+)", rest)
-        body = blocks.get(called.group(1), "") if called else ""
-        is_dot = opcode == "dot" or " dot(" in body
-        op_name = re.search(r'op_name="([^"]*)"', rest)
-        ops[name] = (is_dot, op_name.group(1) if op_name else "")
-    return ops
 
 
 def group(is_dot: bool, op_name: str) -> str:
@@ -113,13 +96,13 @@ def main() -> None:
         raise RuntimeError("the trace has no per-instruction events of the program")
     by_group: collections.Counter = collections.Counter()
     for name, seconds in by_name.items():
-        by_group[group(*ops[name])] += seconds
+        by_group[group(*ops[name][:2])] += seconds
     traced = sum(by_group.values())
     print(f"{args.mode}: gradients {grads_s:.3f} s, update {update_s:.3f} s; "
           f"traced instructions {traced:.3f} s")
     for name, seconds in by_group.most_common():
         print(f"  {name:36s} {seconds:8.3f} s  {100 * seconds / traced:5.1f} %")
-    top = [(name, group(*ops[name]), round(seconds, 4))
+    top = [(name, group(*ops[name][:2]), round(seconds, 4))
            for name, seconds in by_name.most_common(10)]
     print(json.dumps({"mode": args.mode, "quick": args.quick, "grads_s": round(grads_s, 4),
                       "update_s": round(update_s, 4), "traced_s": round(traced, 4),

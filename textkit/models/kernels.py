@@ -80,8 +80,9 @@ def has_vnni() -> bool:
 
 
 def has_amx_int8() -> bool:
-    """Whether the CPU has AMX int8 tile instructions (``amx_int8``), which XLA:CPU's
-    int8 x int8 -> int32 dot uses: then the plain int8 product is the fastest carrier."""
+    """Whether the CPU has AMX int8 tile instructions (``amx_int8``). There XLA:CPU's
+    int8 x int8 -> int32 dot was measured fastest at every row count (``int8_dot.py``; its
+    rate suggests the tiles, not traced)."""
     return "amx_int8" in model_and_flags()[1]
 
 
