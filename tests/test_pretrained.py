@@ -140,11 +140,11 @@ def test_not_a_checkpoint_directory(tmp_path):
 
 def test_unknown_model_type_names_file_key_and_value(tmp_path):
     path = _copy(tmp_path)
-    _edit_config(path, model_type="bart")
+    _edit_config(path, model_type="pegasus")
     with pytest.raises(UnsupportedArchitectureError,
-                       match=r"tiny_marian/config\.json: model_type='bart' is not supported"):
+                       match=r"tiny_marian/config\.json: model_type='pegasus' is not supported"):
         load_pretrained(path)
-    with pytest.raises(NotMarianCheckpointError, match="model_type is 'bart'"):
+    with pytest.raises(NotMarianCheckpointError, match="model_type is 'pegasus'"):
         marian.load(path, json.loads((path / "config.json").read_text()))
     assert issubclass(PretrainedError, TextkitError) and issubclass(PretrainedError, ValueError)
 

@@ -20,7 +20,8 @@ from textkit.decoding.contract import (
     prefill,
 )
 from textkit.decoding.filters import ExcludeTokensStep, top_k_top_p
-from textkit.decoding.generate import Generation, GenerationConfig, Generator
+from textkit.decoding.generate import Generation, Generator
+from textkit.decoding.generation_config import GenerationConfig
 from textkit.decoding.sampling import greedy_search, sample
 from textkit.decoding.translator import LongSourceWarning, Translator
 

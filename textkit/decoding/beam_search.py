@@ -42,7 +42,8 @@ Two options reproduce Hugging Face ``generate`` (transformers 5) for pretrained 
 * ``hf_finish``: a candidate (EOS-ended, or truncated at the cap) joins the finished set only if
   it ranks among the K best of all K x V candidates of its step, and a row stops once K
   hypotheses have finished and the best alive one, normalised by the *current* length, scores no
-  better than the worst finished one (``early_stopping=False``'s heuristic). With
+  better than the worst finished one (``early_stopping=False``'s heuristic; ``True``: once K
+  hypotheses finished; ``"never"``: the best alive one scored at the cap's length). With
   ``length_offset=0`` the penalty is transformers' ``n ** alpha`` (``length_penalty=alpha``);
   with ``alpha=0`` both forms are 1 and the stopping rule is exact.
 """
@@ -100,8 +101,9 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
                 alpha: float = 0.6,
                 length_offset: float = 5.0, n_best: int = 1,
                 max_lengths: jax.Array | None = None,
-                pad_id: int = 0, min_length: int = 0, forced_eos: bool = False,
-                hf_finish: bool = False) -> DecodeOutput:
+                pad_id: int = 0, min_length: int | jax.Array = 0, forced_eos: bool = False,
+                forced_bos: int | None = None, hf_finish: bool = False,
+                early_stopping: bool | str = False) -> DecodeOutput:
     """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
 
     Args:
@@ -121,12 +123,20 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       Ids (``eos_id``, ``pad_id``, start tokens) must lie in the vocabulary and
       ``max_length`` >= 1, else ``ValueError`` (``contract.check_decoding``).
       max_lengths: optional int32[B] per-row cap (clipped to [1, ``max_length``]).
-      min_length: EOS is not allowed before this many tokens (``= max_length`` suppresses it).
+      min_length: EOS is not allowed before this many tokens (``= max_length`` suppresses it);
+        an int or int32[B] per row.
       forced_eos / hf_finish: Hugging Face ``generate`` semantics (module docstring).
+      forced_bos: the first token of every hypothesis (log-prob 0, counted in the length
+        penalty), as transformers' ``forced_bos_token_id`` (a target language); not an EOS
+        id.
+      early_stopping: with ``hf_finish``, transformers' finishing rule (False, True or
+        "never"; ``textkit.decoding.generation_config``).
 
     Only ``step_fn``, the shapes and the integer/flag options (beam_size, max_length, eos_id,
-    n_best, pad_id, forced_eos, hf_finish) select a compiled program; new values of the arrays,
-    ``alpha``, ``length_offset``, ``min_length`` or ``max_lengths`` reuse it.
+    n_best, pad_id, forced_eos, forced_bos, hf_finish, early_stopping) select a compiled
+    program; new
+    values of the arrays, ``alpha``, ``length_offset``, ``min_length`` or ``max_lengths``
+    reuse it.
 
     Returns:
       DecodeOutput(tokens int32[B, n_best, L], scores float32[B, n_best], lengths int32[B, n_best]).
@@ -138,6 +148,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
     batch = batch_size_of(cache)
     start = start_token_array(start_tokens, batch)
     eos_ids = (eos_id,) if isinstance(eos_id, int | np.integer) else tuple(eos_id)
+    if forced_bos is not None and int(forced_bos) in eos_ids:
+        raise ValueError(f"forced_bos={forced_bos} is an EOS id: nothing would be generated")
     vocab = 0
     for eos in eos_ids:
         vocab = check_decoding(step_fn, params, cache, start_tokens, start,
@@ -146,9 +158,11 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         step_fn, params, cache, start,
         length_caps(max_lengths, max_length, batch), jnp.float32(alpha),
         jnp.float32(length_offset),
-        jnp.int32(min_length), beam_size=beam_size, width=min(beam_size, vocab),
-        max_length=max_length, eos_id=tuple(int(e) for e in eos_ids),
-        n_best=n_best, pad_id=pad_id, forced_eos=forced_eos, hf_finish=hf_finish,
+        jnp.broadcast_to(jnp.asarray(min_length, jnp.int32), (batch,)), beam_size=beam_size,
+        width=min(beam_size, vocab), max_length=max_length,
+        eos_id=tuple(int(e) for e in eos_ids), n_best=n_best, pad_id=pad_id,
+        forced_eos=forced_eos, forced_bos=None if forced_bos is None else int(forced_bos),
+        hf_finish=hf_finish, early_stopping=early_stopping,
         fresh=may_grow(step_fn, start_tokens))
 
 
@@ -174,7 +188,8 @@ def _top_k_only(top_logp: jax.Array, eos_logp: jax.Array,
 
 class _Search(NamedTuple):
     """What one search holds constant: per-row caps int32[B], float32 alpha / length_offset /
-    min_length, the largest length penalty per row float32[B], and the static options."""
+    min_length int32[B], the largest length penalty per row float32[B], and the static
+    options."""
 
     caps: jax.Array
     alpha: jax.Array
@@ -187,6 +202,7 @@ class _Search(NamedTuple):
     n_best: int
     forced_eos: bool
     hf_finish: bool
+    early_stopping: bool | str
 
 
 def _select(search: _Search, state: _BeamState,
@@ -209,7 +225,7 @@ def _select(search: _Search, state: _BeamState,
         eos_lp = jnp.where(forced, first, eos_lp)
     # Finishing with EOS: one candidate per alive hypothesis and EOS id.
     eos_logp = state.alive_logp[:, :, None] + eos_lp                            # [B, K, E]
-    eos_logp = jnp.where(new_length >= search.min_length, eos_logp,
+    eos_logp = jnp.where((new_length >= search.min_length)[:, None, None], eos_logp,
                          NEG_INF).reshape(batch, beams * ends)                  # [B, K*E]
     write = positions == state.step                                             # [L]
     eos_tokens = jnp.where(write, jnp.asarray(eos_ids, jnp.int32)[:, None],
@@ -238,10 +254,17 @@ def _select(search: _Search, state: _BeamState,
                                           jnp.int32)], 1)
     finished_scores, keep = lax.top_k(pool_scores, beams)                       # [B, K]
     # A row is done at its cap or when no alive hypothesis can beat its n_best-th finished.
-    # hf_finish: transformers' heuristic (K finished, the current length's penalty)
-    lp_best, bar = ((lp_now, beams - 1) if search.hf_finish
-                    else (jnp.maximum(search.lp_cap, lp_now), search.n_best - 1))
+    # hf_finish: transformers' rules (K finished; early_stopping: the current length's
+    # penalty, K finished at all, or the cap's penalty when alpha > 0)
+    if not search.hf_finish:
+        lp_best, bar = jnp.maximum(search.lp_cap, lp_now), search.n_best - 1
+    elif search.early_stopping == "never":
+        lp_best, bar = jnp.where(search.alpha > 0, search.lp_cap, lp_now), beams - 1
+    else:
+        lp_best, bar = lp_now, beams - 1
     done = at_cap[:, 0] | (top_logp[:, 0] / lp_best <= finished_scores[:, bar])  # [B]
+    if search.hf_finish and search.early_stopping is True:
+        done = at_cap[:, 0] | (finished_scores[:, bar] > NEG_INF)                # [B]
     return _BeamState(
         step=new_length,
         cache=state.cache,
@@ -256,12 +279,13 @@ def _select(search: _Search, state: _BeamState,
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "beam_size", "width", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
-    "hf_finish", "fresh"))
+    "forced_bos", "hf_finish", "early_stopping", "fresh"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
                  beam_size: int, width: int,
                  max_length: int, eos_id: tuple[int, ...], n_best: int, pad_id: int,
-                 forced_eos: bool, hf_finish: bool, fresh: bool) -> DecodeOutput:
+                 forced_eos: bool, forced_bos: int | None, hf_finish: bool,
+                 early_stopping: bool | str, fresh: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``width``:
     the candidates kept per hypothesis and step, min(K, V); ``fresh``: the cache holds nothing
     decoded yet (it grows in segments)."""
@@ -269,7 +293,7 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     # lp_cap: the largest length penalty any still-alive hypothesis of a row can end with.
     search = _Search(caps, alpha, length_offset, min_length,
                      length_penalty(caps, alpha, length_offset), beams,
-                     max_length, eos_id, n_best, forced_eos, hf_finish)
+                     max_length, eos_id, n_best, forced_eos, hf_finish, early_stopping)
 
     def expand(state: _BeamState) -> _BeamState:
         top, new_cache = step_candidates(
@@ -287,6 +311,12 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     # Step 0 on the B rows: every hypothesis of a row starts from the same prefix.
     top, first_cache = step_candidates(step_fn, params, first_cache, start, width,
                                        eos_id)                                  # [B, W]
+    if forced_bos is not None:   # the one candidate: the forced token, log-prob 0
+        only = jnp.arange(width) == 0                                           # [W]
+        top = Candidates(
+            values=jnp.where(only, 0.0, NEG_INF) + jnp.zeros_like(top.values),  # [B, W]
+            ids=jnp.where(only, forced_bos, top.ids).astype(top.ids.dtype),     # [B, W]
+            kept=jnp.full_like(top.kept, NEG_INF))                              # [B, E]
     first_beam_only = jnp.where(jnp.arange(beams) == 0, 0.0, NEG_INF)           # [K]
     state, _ = _select(search, _BeamState(
         step=jnp.zeros((), jnp.int32),

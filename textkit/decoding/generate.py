@@ -21,8 +21,11 @@ n + 1 is padded, transferred and dispatched (prefill and first chunk) before bat
 back, so the host's work overlaps the device's; results keep the prompts' order.
 
 Sampling is seeded: the same ``seed`` gives the same tokens. ``generation_config.json``'s keys
-are read as transformers reads them (``GenerationConfig.from_dict``); options textkit does not
-apply at a non-neutral value are named in a ``UserWarning``.
+are read by the one reader (``textkit.decoding.generation_config``), as transformers reads them:
+``max_length`` counts each prompt (a row's new tokens are ``max_length`` less its own prompt,
+as that prompt alone gets), so do ``min_length`` and its floor, and beams finish by
+``early_stopping``; options the Generator does not apply at a non-neutral value are named in a
+``UserWarning``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -40,84 +43,18 @@ from jax import lax
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import PyTree, model_step_fn
-from textkit.decoding.filters import NEG_INF, top_k_top_p
+from textkit.decoding.filters import NEG_INF, ExcludeTokensStep, top_k_top_p
+from textkit.decoding.generation_config import GenerationConfig, warn_unapplied
 from textkit.lookahead import one_ahead
 
-__all__ = ["Generation", "GenerationConfig", "Generator"]
+__all__ = ["GENERATOR_APPLIES", "Generation", "Generator"]
 
-_KEYS = {"max_new_tokens", "num_beams", "do_sample", "temperature", "top_k", "top_p", "min_p",
-         "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "length_penalty",
-         "eos_token_id", "stop_strings"}
-_IGNORED = {"bos_token_id", "pad_token_id", "transformers_version", "_from_model_config",
-            "use_cache", "output_attentions", "output_hidden_states", "return_dict_in_generate",
-            "output_scores", "output_logits", "max_length", "early_stopping",
-            "num_return_sequences", "cache_implementation"}
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerationConfig:
-    """What to generate (frozen, hashable): the options of transformers' ``generate`` that
-    textkit implements, with its defaults. ``eos_ids`` empty: the tokenizer's."""
-
-    max_new_tokens: int = 20
-    num_beams: int = 1
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 50
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    min_new_tokens: int = 0
-    length_penalty: float = 1.0
-    eos_ids: tuple[int, ...] = ()
-    stop_strings: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        checks = [("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
-                  ("num_beams", self.num_beams >= 1, ">= 1"),
-                  ("temperature", self.temperature > 0, "> 0 (greedy: do_sample=False)"),
-                  ("top_k", self.top_k >= 0, ">= 0 (0: no top-k)"),
-                  ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1]"),
-                  ("min_p", 0.0 <= self.min_p < 1.0, "in [0, 1)"),
-                  ("repetition_penalty", self.repetition_penalty > 0, "> 0 (1: none)"),
-                  ("no_repeat_ngram_size", self.no_repeat_ngram_size >= 0, ">= 0"),
-                  ("min_new_tokens", self.min_new_tokens >= 0, ">= 0"),
-                  ("stop_strings", all(isinstance(t, str) and t for t in self.stop_strings),
-                   "non-empty strings")]
-        for name, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"generation option {name}={getattr(self, name)!r}: expected "
-                                 f"{expected}")
-        if self.do_sample and self.num_beams > 1:
-            raise ValueError("generation: sampling with beams (do_sample with num_beams > 1) "
-                             "is not implemented; choose one")
-
-    @classmethod
-    def from_dict(cls, options: Mapping[str, Any], source: str = "generation config",
-                  **overrides: Any) -> GenerationConfig:
-        """The options of a ``generation_config.json`` dict (transformers' key names; an
-        ``eos_token_id`` int or list becomes ``eos_ids``), then ``overrides`` (field names).
-        Keys textkit does not apply, at a non-neutral value, are named in a warning."""
-        fields = {k: v for k, v in options.items() if k in _KEYS}
-        eos = fields.pop("eos_token_id", None)
-        if eos is not None:
-            fields["eos_ids"] = tuple(eos) if isinstance(eos, list) else (int(eos),)
-        if isinstance(fields.get("stop_strings"), str):
-            fields["stop_strings"] = (fields["stop_strings"],)
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-        neutral = {"num_beam_groups": 1, "diversity_penalty": 0.0, "typical_p": 1.0,
-                   "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "bad_words_ids": None,
-                   "forced_bos_token_id": None, "forced_eos_token_id": None,
-                   "encoder_repetition_penalty": 1.0, "renormalize_logits": False,
-                   "min_length": 0, "suppress_tokens": None, "begin_suppress_tokens": None}
-        ignored = {k: v for k, v in options.items()
-                   if k not in _KEYS and k not in _IGNORED and neutral.get(k, object()) != v
-                   and v is not None}
-        if ignored:
-            warnings.warn(f"{source}: generation options textkit does not apply: {ignored}",
-                          UserWarning, stacklevel=2)
-        return cls(**{**fields, **overrides})
+GENERATOR_APPLIES = frozenset({
+    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams",
+    "early_stopping", "do_sample", "temperature", "top_k", "top_p", "min_p",
+    "repetition_penalty", "no_repeat_ngram_size", "length_penalty", "eos_ids", "stop_strings",
+    "banned_ids"})
+"""The ``GenerationConfig`` fields the ``Generator`` follows (others are warned about)."""
 
 
 class Generation(NamedTuple):
@@ -136,6 +73,8 @@ class _Rows(NamedTuple):
     last: jax.Array          # int32[N]: the next step's input
     tokens: jax.Array        # int32[N, L]: generated ids, pad after the end
     lengths: jax.Array       # int32[N]: generated tokens, the final EOS included
+    caps: jax.Array          # int32[N]: most tokens each row generates
+    floors: jax.Array        # int32[N]: tokens each row generates before EOS may end it
     running: jax.Array       # bool[N]
     seen: jax.Array          # bool[N, V]: ids in the prompt or generated (repetition penalty)
     history: jax.Array       # int32[N, H]: prompt then generated ids, -1 at padding (n-grams)
@@ -152,9 +91,12 @@ def _process(config: GenerationConfig, logits: jax.Array, state: _Rows) -> jax.A
     if n:
         logits = jnp.where(_banned_ngrams(state.history, n, logits.shape[-1]),
                            NEG_INF, logits)
-    if config.min_new_tokens:
+    if config.min_new_tokens or config.min_length:
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(config.eos_ids)].set(True)
-        logits = jnp.where(eos & (state.step < config.min_new_tokens), NEG_INF, logits)
+        logits = jnp.where(eos & (state.step < state.floors)[:, None], NEG_INF, logits)
+    if config.banned_ids:
+        banned = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(config.banned_ids)].set(True)
+        logits = jnp.where(banned, NEG_INF, logits)
     return logits
 
 
@@ -227,7 +169,8 @@ def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, until
             step=new_length, cache=cache, last=token,
             tokens=jnp.where(positions == s.step, token[:, None], s.tokens),
             lengths=jnp.where(s.running, new_length, s.lengths),
-            running=s.running & ~jnp.isin(token, eos) & (new_length < config.max_new_tokens),
+            caps=s.caps, floors=s.floors,
+            running=s.running & ~jnp.isin(token, eos) & (new_length < s.caps),
             seen=seen, history=history, rng=s.rng)
 
     state = state._replace(running=state.running & ~stopped)
@@ -276,6 +219,7 @@ class Generator:
         self.quantize = quantize
         self._quantized: tuple[PyTree, PyTree] | None = None
         config = config or GenerationConfig()
+        warn_unapplied(config, GENERATOR_APPLIES, "the Generator")
         if not config.eos_ids:
             config = dataclasses.replace(config, eos_ids=tuple(tokenizer.eos_ids))
         if not config.eos_ids:
@@ -311,16 +255,17 @@ class Generator:
                     raise ValueError(f"prompt {index} is empty and the tokenizer has no BOS "
                                      f"token to start from")
                 ids = [self.tokenizer.bos_id]
-            room = limit - config.max_new_tokens if limit is not None else None
+            new = config.new_tokens(len(ids))
+            room = limit - new if limit is not None else None
             if room is not None and len(ids) > room:
                 if not self.truncate or room < 1:
                     raise ValueError(
                         f"prompt {index} has {len(ids)} tokens, but the model takes "
-                        f"{limit} positions and max_new_tokens={config.max_new_tokens} leaves "
+                        f"{limit} positions and {new} new tokens leave "
                         f"{max(room, 0)} for the prompt (shorten it, lower max_new_tokens, or "
                         f"truncate=True to cut it from the left)")
                 warnings.warn(f"prompt {index}: {len(ids)} tokens cut to its last {room} "
-                              f"(max_new_tokens={config.max_new_tokens} of {limit} positions)",
+                              f"({new} new tokens of {limit} positions)",
                               UserWarning, stacklevel=3)
                 ids = ids[-room:]
             rows.append(ids)
@@ -333,8 +278,9 @@ class Generator:
             yield order[start:start + self.batch_size]
 
     def _start(self, params: PyTree, rows: list[list[int]], config: GenerationConfig,
-               seed: int) -> _Rows:
-        """Prefilled loop state for up to ``batch_size`` prompts (the batch padded)."""
+               seed: int, budget: int) -> _Rows:
+        """Prefilled loop state for up to ``batch_size`` prompts (the batch padded), room for
+        ``budget`` new tokens."""
         batch = self.batch_size
         width = _round_up(max(map(len, rows)), 8)
         tokens = np.full((batch, width), self.pad_id, np.int32)
@@ -343,19 +289,23 @@ class Generator:
             tokens[i, width - len(ids):], mask[i, width - len(ids):] = ids, True
         tokens[len(rows):, -1], mask[len(rows):, -1] = self.pad_id, True     # empty rows
         vocab = self.model.config.vocab_size
-        slots = width + config.max_new_tokens
+        slots = width + budget
         cache = _prefill(self.model, params, jnp.asarray(tokens), jnp.asarray(mask),
                          slots=slots)
         seen = np.zeros((batch, vocab), bool)
-        history = np.full((batch, width + config.max_new_tokens), -1, np.int32)
+        history = np.full((batch, width + budget), -1, np.int32)
         for i, ids in enumerate(rows):
             seen[i, ids] = True
             history[i, :len(ids)] = ids
         running = np.arange(batch) < len(rows)
+        caps, floors = np.ones(batch, np.int32), np.zeros(batch, np.int32)
+        caps[:len(rows)] = [config.new_tokens(len(ids)) for ids in rows]
+        floors[:len(rows)] = [config.min_tokens(len(ids)) for ids in rows]
         return _Rows(step=jnp.zeros((), jnp.int32), cache=cache,
                      last=jnp.asarray(tokens[:, -1]),
-                     tokens=jnp.full((batch, config.max_new_tokens), self.pad_id, jnp.int32),
-                     lengths=jnp.zeros((batch,), jnp.int32), running=jnp.asarray(running),
+                     tokens=jnp.full((batch, budget), self.pad_id, jnp.int32),
+                     lengths=jnp.zeros((batch,), jnp.int32), caps=jnp.asarray(caps),
+                     floors=jnp.asarray(floors), running=jnp.asarray(running),
                      seen=jnp.asarray(seen), history=jnp.asarray(history),
                      rng=jax.random.key(seed))
 
@@ -384,9 +334,7 @@ class Generator:
         up to a multiple of 8) with this generator's settings, so a server answers its first
         request without compiling."""
         for length in prompt_lengths:
-            self.generate(params, [[self.pad_id] * max(1, length)],
-                          **{**options, "max_new_tokens": options.get(
-                              "max_new_tokens", self.config.max_new_tokens)})
+            self.generate(params, [[self.pad_id] * max(1, length)], **options)
 
     def _weights(self, params: PyTree) -> PyTree:
         """``params``, or their int8 copy (``quantize="int8"``; made once per params)."""
@@ -412,31 +360,36 @@ class Generator:
             raise ValueError("generate_stream streams greedy or sampled output; "
                              "beam search returns whole hypotheses (use generate)")
         rows = self._prompt_ids(prompts, config)
-        step = chunk or (8 if config.stop_strings else config.max_new_tokens)
+        budget = max(config.new_tokens(len(ids)) for ids in rows) if rows else 1
+        step = chunk or (8 if config.stop_strings else budget)
 
         def dispatch(batch: tuple[int, list[int]]) -> Any:    # (batch number, prompt indices)
             number, indices = batch
             return self._dispatch_batch(params, [rows[i] for i in indices], config,
-                                        seed + number, step)
+                                        seed + number, step, budget)
 
         for (_, indices), started in one_ahead(enumerate(self._batches(rows)), dispatch):
             yield from self._collect_batch(params, indices, started, config, step, stream)
 
     def _dispatch_batch(self, params: PyTree, rows: list[list[int]], config: GenerationConfig,
-                        seed: int, step: int) -> Any:
+                        seed: int, step: int, budget: int) -> Any:
         """Start one batch of prompts on the device, not waiting for it: beam search's
-        ``DecodeOutput``, or the greedy / sampling loop state after its first ``step`` tokens."""
-        state = self._start(params, rows, config, seed)
+        ``DecodeOutput``, or the greedy / sampling loop state after its first ``step`` tokens
+        (at most ``budget``)."""
+        state = self._start(params, rows, config, seed, budget)
         if config.num_beams > 1:
-            return beam_search(model_step_fn(self.model), params, state.cache, state.last,
-                               beam_size=config.num_beams, max_length=config.max_new_tokens,
-                               eos_id=config.eos_ids, alpha=config.length_penalty,
-                               length_offset=0.0, pad_id=self.pad_id,
-                               min_length=config.min_new_tokens, hf_finish=True)
+            step_fn = model_step_fn(self.model)
+            if config.banned_ids:
+                step_fn = ExcludeTokensStep(step_fn, config.banned_ids, renormalize=False)
+            return beam_search(step_fn, params, state.cache, state.last,
+                               beam_size=config.num_beams, max_length=budget,
+                               max_lengths=state.caps, eos_id=config.eos_ids,
+                               alpha=config.length_penalty, length_offset=0.0,
+                               pad_id=self.pad_id, min_length=state.floors, hf_finish=True,
+                               early_stopping=config.early_stopping)
         no_stop = jnp.zeros(self.batch_size, bool)
-        return _advance(self.model, params, state, no_stop,
-                        jnp.int32(min(step, config.max_new_tokens)), config=config,
-                        pad_id=self.pad_id)
+        return _advance(self.model, params, state, no_stop, jnp.int32(min(step, budget)),
+                        config=config, pad_id=self.pad_id)
 
     def _collect_batch(self, params: PyTree, indices: list[int], started: Any,
                        config: GenerationConfig, step: int,
@@ -457,7 +410,7 @@ class Generator:
                      stream: bool) -> Iterator[tuple[int, Any]]:
         """Go on with the greedy / sampling loop ``state`` (its first chunk dispatched) in
         chunks of ``step`` tokens until its rows end, yielding as ``_collect_batch``."""
-        count = len(indices)
+        count, budget = len(indices), state.tokens.shape[1]
         streams = [self.tokenizer.stream() for _ in range(count)]
         texts = [""] * count
         done_at = [None] * count
@@ -471,7 +424,7 @@ class Generator:
                 new = tokens[r, emitted[r]:lengths[r]].tolist()
                 emitted[r] = int(lengths[r])
                 piece = streams[r].push(new)
-                if not bool(state.running[r]) or int(state.step) >= config.max_new_tokens:
+                if not bool(state.running[r]) or int(state.step) >= budget:
                     piece += streams[r].flush()
                     done_at[r] = emitted[r]
                 cut = _stop(texts[r] + piece, config.stop_strings)
@@ -486,7 +439,7 @@ class Generator:
                     yield indices[r], piece
             if all(d is not None for d in done_at):
                 break
-            until = min(int(state.step) + step, config.max_new_tokens)
+            until = min(int(state.step) + step, budget)
             state = _advance(self.model, params, state, jnp.asarray(stopped),
                              jnp.int32(until), config=config, pad_id=self.pad_id)
         if not stream:

@@ -52,11 +52,11 @@ class _RowState(NamedTuple):
 def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  choose: ChooseFn | None, key: jax.Array, *, max_length: int, eos_id: int,
                  pad_id: int, min_length: jax.Array, forced_eos: bool = False,
-                 fresh: bool = False) -> _RowState:
+                 forced_bos: int | None = None, fresh: bool = False) -> _RowState:
     """Extend N rows with ``choose(log_probs, key_of_step)`` (None: the argmax, read from the
     step's candidates) until EOS or their cap (with ``forced_eos`` the token at the cap is EOS,
-    see ``beam_search``; ``fresh``: an empty cache that may grow in segments, see
-    ``beam_search``)."""
+    see ``beam_search``; ``forced_bos``: the first token, log-prob 0; ``fresh``: an empty
+    cache that may grow in segments, see ``beam_search``)."""
     rows = start.shape[0]
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
 
@@ -89,6 +89,9 @@ def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
         new_length = state.step + 1                                             # []
         token, token_logp, cache = (argmax_step if choose is None else sample_step)(
             state, new_length)                                                  # [N], [N]
+        if forced_bos is not None:
+            token = jnp.where(new_length == 1, forced_bos, token)               # [N]
+            token_logp = jnp.where(new_length == 1, 0.0, token_logp)            # [N]
         token = jnp.where(state.running, token, pad_id).astype(jnp.int32)       # [N]
         return _RowState(
             step=new_length,
@@ -134,10 +137,11 @@ def _checked_start(step_fn: StepFn, params: PyTree, cache: PyTree,
 
 def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                   max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
-                  pad_id: int = 0, min_length: int = 0,
-                  forced_eos: bool = False) -> DecodeOutput:
+                  pad_id: int = 0, min_length: int | jax.Array = 0,
+                  forced_eos: bool = False, forced_bos: int | None = None) -> DecodeOutput:
     """Argmax decoding of B rows (arguments as ``beam_search``; ``forced_eos``: the token at
-    a row's cap is EOS, as transformers' ``forced_eos_token_id``).
+    a row's cap is EOS, as transformers' ``forced_eos_token_id``; ``forced_bos``: the first
+    token, as its ``forced_bos_token_id``).
 
     Ids and ``max_length`` are checked as in ``beam_search`` (``ValueError``).
 
@@ -148,7 +152,7 @@ def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: 
     return _decode(step_fn, params, cache, start,
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
                    jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
-                   eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos,
+                   eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos, forced_bos=forced_bos,
                    fresh=may_grow(step_fn, start_tokens))
 
 
@@ -199,12 +203,12 @@ def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | j
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id", "forced_eos",
-    "fresh"))
+    "forced_bos", "fresh"))
 def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
             min_length: jax.Array, rng: jax.Array, *,
             sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
             eos_id: int, pad_id: int, forced_eos: bool = False,
-            fresh: bool = False) -> DecodeOutput:
+            forced_bos: int | None = None, fresh: bool = False) -> DecodeOutput:
     """Greedy (``sampling=None``) or sampled with (temperature, top_k, top_p) decoding of
     ``num_samples`` copies of each row: start int32[B], caps int32[B]; ``fresh``: an empty
     cache (it may grow in segments)."""
@@ -214,7 +218,7 @@ def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, ca
         step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
         jnp.repeat(caps, num_samples), choose, rng,
         max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length,
-        forced_eos=forced_eos, fresh=fresh)
+        forced_eos=forced_eos, forced_bos=forced_bos, fresh=fresh)
     return DecodeOutput(
         final.tokens.reshape(batch, num_samples, max_length),                   # [B, n, L]
         final.logp.reshape(batch, num_samples),                                 # [B, n]

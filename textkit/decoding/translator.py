@@ -56,6 +56,7 @@ from textkit.decoding.contract import (
     model_step_fn,
 )
 from textkit.decoding.filters import ExcludeTokensStep
+from textkit.decoding.generation_config import GenerationConfig, warn_unapplied
 from textkit.decoding.sampling import greedy_search
 from textkit.lookahead import one_ahead
 
@@ -95,15 +96,18 @@ def default_max_length(src_length: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=(
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
-    "forced_eos", "hf_compatible", "grow_cache"))
+    "forced_eos", "forced_bos", "hf_compatible", "early_stopping", "grow_cache"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
-                      caps: jax.Array, alpha: jax.Array, length_offset: jax.Array, *,
-                      max_length: int,
+                      caps: jax.Array, alpha: jax.Array, length_offset: jax.Array,
+                      min_length: jax.Array | int = 0, *, max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
                       pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
-                      hf_compatible: bool = False, grow_cache: bool = True) -> DecodeOutput:
-    """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row
-    (``hf_compatible`` with ``beam_size`` 1: greedy search; see the module docstring).
+                      forced_bos: int | None = None, hf_compatible: bool = False,
+                      early_stopping: bool | str = False,
+                      grow_cache: bool = True) -> DecodeOutput:
+    """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row, EOS
+    allowed from ``min_length`` int32[] tokens on (``hf_compatible`` with ``beam_size`` 1:
+    greedy search; ``early_stopping``: ``beam_search``'s; see the module docstring).
 
     One compiled program per (model, shapes, static options). Returns DecodeOutput with
     tokens int32[B, n_best, max_length].
@@ -118,12 +122,14 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
         step = OneSegmentStep(step)
     if hf_compatible and beam_size == 1:
         return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
-                             max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos)
+                             max_lengths=caps, pad_id=pad_id, min_length=min_length,
+                             forced_eos=forced_eos, forced_bos=forced_bos)
     return beam_search(step, params, cache, bos_id, beam_size=beam_size,
                        max_length=max_length, eos_id=eos_id, alpha=alpha,
                        length_offset=length_offset, n_best=n_best,
-                       max_lengths=caps, pad_id=pad_id, forced_eos=forced_eos,
-                       hf_finish=hf_compatible)
+                       max_lengths=caps, pad_id=pad_id, min_length=min_length,
+                       forced_eos=forced_eos, forced_bos=forced_bos, hf_finish=hf_compatible,
+                       early_stopping=early_stopping)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +172,13 @@ class Translator:
         (GNMT); ``source_limit`` is the smaller of it and the model's ``max_positions``.
       banned_ids: target ids never generated (log-probs -inf, not renormalised).
       forced_eos: the token that reaches the output cap is EOS.
+      forced_bos: the first output token of every sentence (a target language code; log-prob
+        0, counted in the length penalty, as transformers' ``forced_bos_token_id``); it is
+        removed from the returned ids and text.
+      min_length: output tokens before EOS may end a hypothesis.
       hf_compatible: search as transformers' ``generate`` (see the module docstring).
+      early_stopping: with ``hf_compatible``, transformers' beam finishing rule (False, True
+        or "never"; ``textkit.decoding.generation_config``).
       quantize: None, or "int8" (int8 weights, see the module docstring).
       grow_cache: False keeps the decoding cache at its full length from the first step (one
         segment, ``OneSegmentStep``) instead of growing it in segments.
@@ -179,8 +191,10 @@ class Translator:
                  bucket_round_to: int = 8,
                  src_append_eos: bool = False, on_long_source: str = "truncate",
                  max_source_length: int | None = None, banned_ids: Sequence[int] = (),
-                 forced_eos: bool = False, hf_compatible: bool = False,
-                 quantize: str | None = None, grow_cache: bool = True) -> None:
+                 forced_eos: bool = False, forced_bos: int | None = None,
+                 min_length: int = 0, hf_compatible: bool = False,
+                 early_stopping: bool | str = False, quantize: str | None = None,
+                 grow_cache: bool = True) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
             raise ValueError(f"batch_size, bucket_round_to and beam_size must be >= 1; got "
                              f"{batch_size}, {bucket_round_to}, {beam_size}")
@@ -220,6 +234,8 @@ class Translator:
         self.src_append_eos = src_append_eos
         self.banned_ids = tuple(sorted({int(i) for i in banned_ids}))
         self.forced_eos, self.hf_compatible = bool(forced_eos), bool(hf_compatible)
+        self.min_length, self.early_stopping = int(min_length), early_stopping
+        self.forced_bos = None if forced_bos is None else int(forced_bos)
         self.src_pad_id = _special(src_tokenizer, "pad_id", "source")
         start = getattr(config, "decoder_start_id", None)
         self.bos_id = _special(tgt_tokenizer, "bos_id", "target") if start is None else start
@@ -334,9 +350,11 @@ class Translator:
         """Source id lists as the model gets them (EOS appended if asked), each checked.
 
         An id outside ``[0, src vocab)`` is a ``ValueError`` naming the line (1-based); a
-        source over ``source_limit`` tokens is truncated (one ``LongSourceWarning`` naming the
-        lines) or refused (``ValueError``) by ``on_long_source``."""
+        source over ``source_limit`` tokens is truncated, keeping its final EOS as transformers
+        does (one ``LongSourceWarning`` naming the lines), or refused (``ValueError``) by
+        ``on_long_source``."""
         eos = [self.src_eos_id] if self.src_append_eos else []
+        source_eos = getattr(self.src_tokenizer, "eos_id", None)
         limit, long_lines, checked = self.source_limit, [], []
         for number, source in enumerate(sources, start=1):
             ids = [int(i) for i in source]
@@ -352,7 +370,8 @@ class Translator:
                     raise ValueError(f"line {number}: the source has {len(ids)} tokens but the "
                                      f"model accepts at most {limit} (on_long_source='error')")
                 long_lines.append((number, len(ids)))
-                ids = ids[:limit - len(eos)] + eos
+                end = ids[-1:] if ids[-1] == source_eos else []   # a final EOS is kept
+                ids = ids[:limit - len(end)] + end
             checked.append(ids)
         if long_lines:
             shown = ", ".join(f"{n} ({length} tokens)" for n, length in long_lines[:20])
@@ -387,18 +406,57 @@ class Translator:
         self.compiled_shapes.add((len(group), src_length, max_length))
         return encode_and_search(
             self.model, params, jnp.asarray(src_tokens), jnp.asarray(caps),
-            jnp.float32(self.alpha), jnp.float32(self.length_offset), max_length=max_length,
+            jnp.float32(self.alpha), jnp.float32(self.length_offset),
+            jnp.int32(self.min_length), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
-            hf_compatible=self.hf_compatible, grow_cache=self.grow_cache)
+            forced_bos=self.forced_bos, hf_compatible=self.hf_compatible,
+            early_stopping=self.early_stopping, grow_cache=self.grow_cache)
 
     def _collect(self, group: list[int], out: Any, results: list[list[int]]) -> None:
         """Read one dispatched group's best hypotheses back into ``results`` (final EOS
         removed) at the sources' indices ``group``."""
         tokens, lengths = np.asarray(out.tokens[:, 0]), np.asarray(out.lengths[:, 0])
+        skip = self.forced_bos is not None
         for row, index in enumerate(group):
-            ids = tokens[row, :lengths[row]].tolist()
+            ids = tokens[row, skip:lengths[row]].tolist()
             results[index] = ids[:-1] if ids and ids[-1] == self.eos_id else ids
+
+
+TRANSLATOR_APPLIES = frozenset({
+    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams",
+    "early_stopping", "length_penalty", "eos_ids", "banned_ids", "forced_eos_id",
+    "forced_bos_id", "decoder_start_id"})
+"""The ``GenerationConfig`` fields ``translator_options`` maps (others are warned about)."""
+
+
+def translator_options(config: GenerationConfig, eos_id: int | None = None,
+                       who: str = "the Translator") -> dict[str, Any]:
+    """``Translator`` arguments that search as transformers' ``generate`` does with
+    ``config``: ``beam_size``, ``alpha`` with ``length_offset=0`` (``n ** alpha``), the output
+    cap (``max_length`` counts the decoder start token), ``min_length`` likewise,
+    ``early_stopping``, ``forced_bos``, ``banned_ids``, ``forced_eos`` (when
+    ``forced_eos_token_id`` is the
+    target EOS ``eos_id``) and ``hf_compatible=True``. The options it does not map are named
+    in one ``UserWarning`` (``who`` does not apply them); so is a forced EOS other than
+    ``eos_id``. Keys at their defaults are left out."""
+    applied = set(TRANSLATOR_APPLIES)
+    forced = config.forced_eos_id
+    if forced is not None and eos_id is not None and forced != eos_id:
+        applied.discard("forced_eos_id")
+    warn_unapplied(config, applied, who)
+    options: dict[str, Any] = {
+        "beam_size": config.num_beams, "alpha": float(config.length_penalty),
+        "length_offset": 0.0, "max_length": config.new_tokens(1),
+        "banned_ids": tuple(config.banned_ids), "hf_compatible": True,
+        "forced_eos": forced is not None and "forced_eos_id" in applied}
+    if config.min_tokens(1):
+        options["min_length"] = config.min_tokens(1)
+    if config.forced_bos_id is not None:
+        options["forced_bos"] = config.forced_bos_id
+    if config.early_stopping is not False:
+        options["early_stopping"] = config.early_stopping
+    return options
 
 
 def _special(tokenizer: Tokenizer, name: str, side: str) -> int:

@@ -41,6 +41,7 @@ content->position and position->content scores of ``disentangled_bias`` to the c
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -87,12 +88,35 @@ def take_rows(x: Array, rows: Array) -> Array:
     return jnp.take_along_axis(x, index, axis=1)
 
 
-def rotary(x: Array, positions: Array, theta: float) -> Array:
-    """Rotary position embedding (rotate-half layout, frequencies ``theta ** (-2i / Dh)``) of
-    x float[N, T, H, Dh] at positions int[N, T] -> float32 [N, T, H, Dh]."""
-    depth = x.shape[-1]
-    inverse = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, depth, 2, dtype=np.float32)
-                                                       / np.float32(depth)))
+def rope_frequencies(depth: int, theta: float,
+                     scaling: tuple[tuple[str, Any], ...] = ()) -> np.ndarray:
+    """Rotary inverse frequencies float32 [depth / 2] as transformers computes them:
+    ``theta ** (-2i / depth)``, divided by ``factor`` for "linear", and Llama-3's band-wise
+    rescaling (long wavelengths by ``factor``, short ones kept, a smooth blend between) for
+    "llama3"."""
+    inverse = np.float32(1.0) / (np.float32(theta) ** (
+        np.arange(0, depth, 2, dtype=np.int64).astype(np.float32) / np.float32(depth)))
+    options = dict(scaling)
+    kind = options.get("rope_type", "default")
+    if kind == "linear":
+        return (inverse / np.float32(options["factor"])).astype(np.float32)
+    if kind == "llama3":
+        factor = float(options["factor"])
+        low, high = float(options["low_freq_factor"]), float(options["high_freq_factor"])
+        old = float(options["original_max_position_embeddings"])
+        wavelength = 2 * np.pi / inverse
+        scaled = np.where(wavelength > old / low, inverse / factor, inverse)
+        smooth = (old / wavelength - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelength >= old / high) & (wavelength <= old / low)
+        return np.where(medium, blended, scaled).astype(np.float32)
+    return inverse.astype(np.float32)
+
+
+def rotary(x: Array, positions: Array, inverse: np.ndarray) -> Array:
+    """The one rotary position embedding (rotate-half layout) of x float[N, T, H, Dh] at
+    positions int[N, T] with inverse frequencies float32 [Dh / 2] (``rope_frequencies``) ->
+    float32 [N, T, H, Dh]."""
     angles = positions.astype(jnp.float32)[..., None] * inverse             # [N, T, Dh/2]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]      # [N, T, 1, Dh]
     x = x.astype(jnp.float32)
@@ -395,9 +419,10 @@ class MultiHeadAttention(nn.Module):
             if self.rotary_theta is not None:
                 if rotary_positions is None:
                     rotary_positions = jnp.broadcast_to(jnp.arange(length), inputs_q.shape[:2])
+                inverse = rope_frequencies(query.shape[-1], self.rotary_theta)
                 query = rotary(query, rotary_positions if queries is None
-                               else take_rows(rotary_positions, queries), self.rotary_theta)
-                key = rotary(key, rotary_positions, self.rotary_theta)
+                               else take_rows(rotary_positions, queries), inverse)
+                key = rotary(key, rotary_positions, inverse)
             if self.window is not None:
                 band = window_mask(length, self.window, queries)
                 mask = band if mask is None else mask & band

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.models.attention import dot_product_attention
+from textkit.models.attention import dot_product_attention, rope_frequencies, rotary
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
     ACTIVATIONS,
@@ -127,41 +127,6 @@ class DecoderLMConfig(ModelConfig):
         return self.max_position_embeddings
 
 
-def rope_frequencies(depth: int, theta: float,
-                     scaling: tuple[tuple[str, Any], ...] = ()) -> np.ndarray:
-    """Rotary inverse frequencies float32 [depth / 2] as transformers computes them:
-    ``theta ** (-2i / depth)``, divided by ``factor`` for "linear", and Llama-3's band-wise
-    rescaling (long wavelengths by ``factor``, short ones kept, a smooth blend between) for
-    "llama3"."""
-    inverse = np.float32(1.0) / (np.float32(theta) ** (
-        np.arange(0, depth, 2, dtype=np.int64).astype(np.float32) / np.float32(depth)))
-    options = dict(scaling)
-    kind = options.get("rope_type", "default")
-    if kind == "linear":
-        return (inverse / np.float32(options["factor"])).astype(np.float32)
-    if kind == "llama3":
-        factor = float(options["factor"])
-        low, high = float(options["low_freq_factor"]), float(options["high_freq_factor"])
-        old = float(options["original_max_position_embeddings"])
-        wavelength = 2 * np.pi / inverse
-        scaled = np.where(wavelength > old / low, inverse / factor, inverse)
-        smooth = (old / wavelength - low) / (high - low)
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelength >= old / high) & (wavelength <= old / low)
-        return np.where(medium, blended, scaled).astype(np.float32)
-    return inverse.astype(np.float32)
-
-
-def apply_rotary(x: Array, positions: Array, inverse: np.ndarray) -> Array:
-    """Rotate-half rotary positions of x float[B, T, H, Dh] at positions int[B, T] with
-    inverse frequencies float32 [Dh / 2] -> float32 [B, T, H, Dh]."""
-    angles = positions.astype(jnp.float32)[..., None] * inverse                 # [B, T, Dh/2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]          # [B, T, 1, Dh]
-    x = x.astype(jnp.float32)
-    first, second = jnp.split(x, 2, axis=-1)
-    return x * jnp.cos(angles) + jnp.concatenate([-second, first], axis=-1) * jnp.sin(angles)
-
-
 class RMSNorm(nn.Module):
     """``x / rms(x) * (offset + scale)`` in float32 over the last axis (``offset`` 1: Gemma's
     ``1 + w`` with its weights stored around 0). x float[..., D] -> [..., D] in the
@@ -230,8 +195,8 @@ class DecoderAttention(nn.Module):
             query, key = self.query_norm(query), self.key_norm(key)
         if c.positions == "rotary":
             inverse = rope_frequencies(depth, c.rope_theta, c.rope_scaling)
-            query = apply_rotary(query, positions, inverse)
-            key = apply_rotary(key, positions, inverse)
+            query = rotary(query, positions, inverse)
+            key = rotary(key, positions, inverse)
         compute = c.policy.compute_dtype
         key = jnp.swapaxes(key, 1, 2).astype(compute)                           # [B, KV, T, Dh]
         value = jnp.swapaxes(value, 1, 2).astype(compute)

@@ -276,7 +276,8 @@ POSITION_KINDS = ("sinusoidal", "learned", "sinusoidal_marian")
 
 class PositionEmbedding(nn.Module):
     """Adds position information: ``kind`` "sinusoidal" (fixed), "sinusoidal_marian" (fixed,
-    Marian's frequencies, see ``sinusoidal_positions``) or "learned" ([max_len, dim]).
+    Marian's frequencies, see ``sinusoidal_positions``) or "learned" ([max_len + offset, dim]).
+    ``offset``: position p reads row p + offset (BART's learned table keeps two rows first).
 
     ``__call__(x float[B, T, D], positions int32[B, T]) -> [B, T, D]`` in x's dtype.
     """
@@ -285,19 +286,23 @@ class PositionEmbedding(nn.Module):
     max_len: int
     features: int
     policy: Policy = Policy()
+    offset: int = 0
 
     def setup(self):
+        rows = self.max_len + self.offset
         if self.kind == "learned":
             self.table = self.param("embedding", nn.initializers.normal(stddev=0.02),
-                                    (self.max_len, self.features), self.policy.param_dtype)
+                                    (rows, self.features), self.policy.param_dtype)
         elif self.kind in ("sinusoidal", "sinusoidal_marian"):
             layout = "marian" if self.kind == "sinusoidal_marian" else "textkit"
-            self.table = jnp.asarray(sinusoidal_positions(self.max_len, self.features, layout))
+            self.table = jnp.asarray(sinusoidal_positions(rows, self.features, layout))
         else:
             raise ValueError(f"unknown positions kind {self.kind!r}; expected one of "
                              f"{POSITION_KINDS}")
 
     def __call__(self, x: Array, positions: Array) -> Array:
+        if self.offset:
+            positions = positions + self.offset
         rows = lookup(self.table, positions, "positions", "the max_len positions")
         return x + rows.astype(x.dtype)
 

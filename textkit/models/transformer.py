@@ -91,18 +91,31 @@ class TransformerStackConfig(ModelConfig):
         return self.max_len
 
 
+ARCHITECTURES = ("transformer", "marian", "bart")
+"""``TransformerConfig.architecture``: textkit's own, or the checkpoint family it was read
+from (``textkit.pretrained.seq2seq`` writes it back in that family's layout)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig(TransformerStackConfig):
-    """Hyper-parameters of ``Transformer`` (frozen, hashable): the stack fields plus the
-    vocabularies and layer counts. ``share_embeddings`` uses one table for source and target
-    (needs equal vocab sizes). ``scale_embedding`` multiplies token embeddings by
-    sqrt(d_model); ``final_logits_bias`` adds a bias [V] to the logits (Marian's, also with
-    tied output); ``decoder_start_id`` is the first decoder input when decoding (None: the
-    target tokenizer's ``bos_id``; Marian starts with its pad id).
+    """Hyper-parameters of ``Transformer`` (frozen, hashable): every encoder-decoder family as
+    settings, as ``DecoderLMConfig`` is for the decoder-only ones.
+
+    ``architecture``: "transformer" (textkit's) or the checkpoint family (``ARCHITECTURES``).
+    Vocabularies and layer counts; ``share_embeddings`` uses one table for source and target
+    (needs equal vocab sizes). The axes the families vary on: ``pre_norm`` (from the stack
+    fields), ``final_norm`` (a norm after each stack; None: as ``pre_norm``),
+    ``embedding_norm`` (a norm after the embeddings and positions, BART's),
+    ``positions`` and ``position_offset`` (position p reads table row p + offset),
+    ``scale_embedding`` (token embeddings times sqrt(d_model)), ``attention_bias`` /
+    ``ff_bias`` / ``norm_bias``, ``activation``. ``final_logits_bias`` adds a bias [V] to the
+    logits (Marian's, also with tied output); ``decoder_start_id`` is the first decoder input
+    when decoding (None: the target tokenizer's ``bos_id``; Marian starts with its pad id).
     """
 
     tiny: ClassVar[Mapping[str, Any]] = {"d_model": 16, "num_heads": 2, "d_ff": 32,
                                          "num_encoder_layers": 1, "num_decoder_layers": 1}
+    _choices = {**TransformerStackConfig._choices, "architecture": ARCHITECTURES}
 
     src_vocab_size: int = 32000
     tgt_vocab_size: int = 32000
@@ -112,9 +125,23 @@ class TransformerConfig(TransformerStackConfig):
     scale_embedding: bool = True
     final_logits_bias: bool = False
     decoder_start_id: int | None = None
+    architecture: str = "transformer"
+    final_norm: bool | None = None
+    embedding_norm: bool = False
+    position_offset: int = 0
+    attention_bias: bool = True
+    ff_bias: bool = True
+    norm_bias: bool = True
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether each stack ends with a norm (``final_norm``, else ``pre_norm``)."""
+        return self.pre_norm if self.final_norm is None else self.final_norm
 
     def _validate(self) -> None:
         super()._validate()
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset={self.position_offset}; expected >= 0")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -228,12 +255,18 @@ class TransformerLayer(nn.Module):
         return self.self_attention.init_cache(batch_size, max_length)
 
 
+LAYER_AXES = ("attention_bias", "ff_bias", "norm_bias")
+"""``TransformerConfig`` fields forwarded to every ``TransformerLayer`` under the same name."""
+
+
 def layer_options(config: TransformerStackConfig) -> dict[str, Any]:
-    """``TransformerLayer`` fields taken from a Transformer(LM) config."""
+    """``TransformerLayer`` fields taken from a Transformer(LM) config: the stack fields and
+    every axis of ``LAYER_AXES`` the config has."""
     return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
                 dropout=config.dropout, attention_dropout=config.attention_dropout,
                 pre_norm=config.pre_norm, policy=config.policy, activation=config.activation,
-                layer_norm_epsilon=config.layer_norm_epsilon)
+                layer_norm_epsilon=config.layer_norm_epsilon,
+                **{axis: getattr(config, axis) for axis in LAYER_AXES if hasattr(config, axis)})
 
 
 class Transformer(nn.Module):
@@ -246,16 +279,22 @@ class Transformer(nn.Module):
         self.src_embed = Embed(c.src_vocab_size, c.d_model, c.policy, c.scale_embedding)
         if not c.share_embeddings:
             self.tgt_embed = Embed(c.tgt_vocab_size, c.d_model, c.policy, c.scale_embedding)
-        self.src_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
-        self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy)
+        self.src_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy,
+                                               c.position_offset)
+        self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy,
+                                               c.position_offset)
+        norm = dict(policy=c.policy, epsilon=c.layer_norm_epsilon, use_bias=c.norm_bias)
+        if c.embedding_norm:
+            self.src_embed_norm = LayerNorm(**norm)
+            self.tgt_embed_norm = LayerNorm(**norm)
         self.encoder_layers = [TransformerLayer(**layer_options(c), name=f"encoder_{i}")
                                for i in range(c.num_encoder_layers)]
         self.decoder_layers = [TransformerLayer(**layer_options(c), cross=True,
                                                 name=f"decoder_{i}")
                                for i in range(c.num_decoder_layers)]
-        if c.pre_norm:
-            self.encoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
-            self.decoder_norm = LayerNorm(c.policy, c.layer_norm_epsilon)
+        if c.has_final_norm:
+            self.encoder_norm = LayerNorm(**norm)
+            self.decoder_norm = LayerNorm(**norm)
         if not c.tie_output:
             self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False,
                                 dtype=jnp.float32)
@@ -267,6 +306,12 @@ class Transformer(nn.Module):
     def _target_embed(self) -> Embed:
         return self.src_embed if self.config.share_embeddings else self.tgt_embed
 
+    def _target_inputs(self, tokens: Array, positions: Array) -> Array:
+        """The decoder's input vectors f32[B, T, D] of tokens int32[B, T] at positions
+        int32[B, T]: embedded, positioned, normed (``embedding_norm``)."""
+        x = self.tgt_positions(self._target_embed()(tokens), positions)
+        return self.tgt_embed_norm(x) if self.config.embedding_norm else x
+
     def encode(self, src_tokens: Array, *, deterministic: bool = True) -> dict[str, Array]:
         """src_tokens int32[B, S] -> ``{"memory": [B, S, D] in the policy's output dtype,
         "src_mask": bool[B, S]}`` (the contract's ``Encoded``)."""
@@ -274,17 +319,19 @@ class Transformer(nn.Module):
         c.check_length(src_tokens.shape[1], "src_tokens")
         positions = jnp.broadcast_to(jnp.arange(src_tokens.shape[1]), src_tokens.shape)
         x = self.src_positions(self.src_embed(src_tokens), positions)
+        if c.embedding_norm:
+            x = self.src_embed_norm(x)
         x = self.drop(x, deterministic=deterministic)
         mask = padding_mask(src_tokens, c.pad_id)
         for layer in self.encoder_layers:
             x = layer(x, mask, deterministic=deterministic)
-        if c.pre_norm:
+        if c.has_final_norm:
             x = self.encoder_norm(x)
         return {"memory": x.astype(c.policy.output_dtype), "src_mask": src_tokens != c.pad_id}
 
     def _logits(self, x: Array) -> Array:
         c = self.config
-        if c.pre_norm:
+        if c.has_final_norm:
             x = self.decoder_norm(x)
         logits = self._target_embed().attend(x) if c.tie_output else self.output(x)
         if c.final_logits_bias:
@@ -296,7 +343,7 @@ class Transformer(nn.Module):
         """Teacher-forced decoder: tgt_input int32[B, T] -> logits float32[B, T, V]."""
         self.config.check_length(tgt_input.shape[1], "tgt_input")
         positions = jnp.broadcast_to(jnp.arange(tgt_input.shape[1]), tgt_input.shape)
-        x = self.tgt_positions(self._target_embed()(tgt_input), positions)
+        x = self._target_inputs(tgt_input, positions)
         x = self.drop(x, deterministic=deterministic)
         self_mask = causal_mask(tgt_input.shape[1])
         memory_mask = padding_mask(src_tokens, self.config.pad_id)
@@ -348,7 +395,7 @@ class Transformer(nn.Module):
         its contiguous columns (the decoding contract's candidates hook)."""
         c = self.config
         x, new_cache = self._decode_hidden(cache, tokens)
-        if c.pre_norm:
+        if c.has_final_norm:
             x = self.decoder_norm(x)
         x = x[:, 0]                                                              # [N, D]
         logits_t = (self._target_embed().attend_t(x) if c.tie_output
@@ -363,7 +410,7 @@ class Transformer(nn.Module):
         position = cache["position"]                                             # [B]
         beams, slots = beam_step_inputs(cache)
         row_position = position if beams is None else jnp.repeat(position, beams)  # [N]
-        x = self.tgt_positions(self._target_embed()(tokens[:, None]), row_position[:, None])
+        x = self._target_inputs(tokens[:, None], row_position[:, None])
         new_layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, self_cache = layer(

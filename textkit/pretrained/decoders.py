@@ -32,7 +32,7 @@ import numpy as np
 from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.decoder_lm import ROPE_TYPES, DecoderLM, DecoderLMConfig
 from textkit.models.layers import ACTIVATIONS
-from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
+from textkit.pretrained.errors import PretrainedError
 from textkit.pretrained.files import (
     CONFIG_TYPES,
     check_types,
@@ -45,6 +45,8 @@ from textkit.pretrained.weights import (
     SAME,
     Entry,
     Transform,
+    check_vocab_size,
+    expected_params,
     linear,
     out_proj,
     read_params,
@@ -309,15 +311,6 @@ def tensors_from_params(params: Any, config: DecoderLMConfig) -> dict[str, np.nd
 
 
 # -------------------------------------------------------------------------------- load/save
-def expected_params(model: DecoderLM) -> Any:
-    """The params' shapes and dtypes (``jax.eval_shape``, nothing computed)."""
-    import jax
-    import jax.numpy as jnp
-
-    return jax.eval_shape(lambda key: model.init(key, jnp.zeros((1, 2), jnp.int32))["params"],
-                          jax.random.PRNGKey(0))
-
-
 def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
     """Load the decoder-only checkpoint directory ``root`` whose ``config.json`` is ``hf``:
     ``Pretrained("causal_lm", DecoderLM, params, LMTokenizer)``, params float32 numpy arrays.
@@ -326,12 +319,10 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
 
     config = decoder_config(hf, root, **overrides)
     tokenizer = LMTokenizer.from_directory(root, hf)
-    if len(tokenizer) > config.vocab_size:
-        raise VocabSizeMismatchError(f"{root}: the tokenizer has {len(tokenizer)} ids but the "
-                                     f"model {config.vocab_size} embeddings (vocab_size in "
-                                     f"config.json)")
+    check_vocab_size(root, "the tokenizer", len(tokenizer), config.vocab_size)
     model = DecoderLM(config)
-    params = params_from_tensors(read_tensors(root), config, expected_params(model), root)
+    params = params_from_tensors(read_tensors(root), config,
+                                 expected_params(model, np.zeros((1, 2), np.int32)), root)
     return Pretrained("causal_lm", model, params, tokenizer)
 
 
@@ -341,9 +332,7 @@ def save_pretrained(model: DecoderLM, params: Any, tokenizer: Any, path: str | o
     directory that transformers' ``AutoModelForCausalLM`` / ``AutoTokenizer`` load (replaced
     atomically); ``generation`` is written as ``generation_config.json`` when given."""
     config = model.config
-    if len(tokenizer) > config.vocab_size:
-        raise VocabSizeMismatchError(f"the tokenizer has {len(tokenizer)} ids but the model "
-                                     f"{config.vocab_size} embeddings")
+    check_vocab_size("save_pretrained", "the tokenizer", len(tokenizer), config.vocab_size)
     hf = hf_config(config)
     hf["bos_token_id"] = tokenizer.bos_id
     hf["eos_token_id"] = list(tokenizer.eos_ids) if len(tokenizer.eos_ids) > 1 else (

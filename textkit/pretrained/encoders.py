@@ -46,7 +46,7 @@ from textkit._io import atomic_dir, write_json_atomic
 from textkit.models.encoder import Encoder, EncoderConfig
 from textkit.models.layers import ACTIVATIONS
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
-from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
+from textkit.pretrained.errors import PretrainedError
 from textkit.pretrained.files import (
     CONFIG_TYPES,
     check_types,
@@ -60,6 +60,8 @@ from textkit.pretrained.weights import (
     Entry,
     Transform,
     at,
+    check_vocab_size,
+    expected_params,
     heads_bias,
     linear,
     out_proj,
@@ -690,10 +692,7 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
     config = encoder_config(hf, root, **overrides)
     checkpoint_head = head_of(hf, root)
     tokenizer = EncoderTokenizer.from_directory(root, hf["model_type"])
-    if len(tokenizer) > config.vocab_size:
-        raise VocabSizeMismatchError(f"{root}: the tokenizer has {len(tokenizer)} ids but the "
-                                     f"model {config.vocab_size} embeddings (vocab_size in "
-                                     f"config.json)")
+    check_vocab_size(root, "the tokenizer", len(tokenizer), config.vocab_size)
     tensors = read_tensors(root)
     model = Encoder(config)
     dummy = jnp.zeros((1, 4), jnp.int32)
@@ -706,9 +705,7 @@ def load(root: Path, hf: Mapping[str, Any], **overrides: Any) -> Pretrained:
         warnings.warn(f"{root}: the {config.head} head ({config.num_labels} labels) is "
                       f"initialised at random (the checkpoint has {checkpoint_head})",
                       UserWarning, stacklevel=3)
-    expected = jax.eval_shape(lambda key: model.init(key, dummy)["params"],
-                              jax.random.PRNGKey(0))
-    params = params_from_tensors(tensors, config, expected, root, fallback)
+    params = params_from_tensors(tensors, config, expected_params(model, dummy), root, fallback)
     return Pretrained("encoder", model, params, tokenizer)
 
 
@@ -744,9 +741,7 @@ def write_checkpoint(directory: Path, config: EncoderConfig, params: Any,
     if not isinstance(tokenizer, EncoderTokenizer):
         raise TypeError(f"save_pretrained writes an EncoderTokenizer (from load_pretrained); "
                         f"got {type(tokenizer).__name__}")
-    if len(tokenizer) > config.vocab_size:
-        raise VocabSizeMismatchError(f"the tokenizer has {len(tokenizer)} ids but the model "
-                                     f"{config.vocab_size} embeddings")
+    check_vocab_size("save_pretrained", "the tokenizer", len(tokenizer), config.vocab_size)
     write_tensors_file(directory / "model.safetensors", tensors_from_params(params, config))
     write_json_atomic(directory / "config.json", {**hf_config(config),
                                                  **_token_ids(config, tokenizer)})

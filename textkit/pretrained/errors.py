@@ -7,7 +7,7 @@ from textkit.errors import TextkitError
 
 __all__ = [
     "MissingFileError", "NotCheckpointError", "NotMarianCheckpointError", "PretrainedError",
-    "UnsupportedArchitectureError", "VocabSizeMismatchError",
+    "UnsupportedArchitectureError", "VocabSizeMismatchError", "WrongFamilyError",
 ]
 
 
@@ -20,8 +20,12 @@ class NotCheckpointError(PretrainedError):
     config.json that is not a JSON object with a ``model_type``)."""
 
 
-class NotMarianCheckpointError(NotCheckpointError):
-    """A Marian-only function was given a checkpoint of another ``model_type``."""
+class WrongFamilyError(NotCheckpointError):
+    """A family's loader was given a checkpoint of another ``model_type``."""
+
+
+class NotMarianCheckpointError(WrongFamilyError):
+    """The Marian loader was given a checkpoint of another ``model_type``."""
 
 
 class MissingFileError(PretrainedError, FileNotFoundError):

@@ -6,7 +6,7 @@ settings files whose keys are checked by type (``check_types``: ``tokenizer_conf
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -86,10 +86,15 @@ TOKENIZER_TYPES: dict[str, Expected] = {
 GENERATION_TYPES: dict[str, Expected] = {
     **dict.fromkeys(("max_new_tokens", "max_length", "num_beams", "top_k", "min_length",
                      "no_repeat_ngram_size", "min_new_tokens", "pad_token_id", "bos_token_id",
-                     "decoder_start_token_id"), INT),
+                     "decoder_start_token_id", "forced_bos_token_id"), INT),
     **dict.fromkeys(("temperature", "top_p", "min_p", "repetition_penalty",
                      "length_penalty"), NUMBER),
     "do_sample": BOOL,
+    "early_stopping": Expected(lambda v: isinstance(v, bool) or v == "never",
+                               'true, false or "never"'),
+    "bad_words_ids": Expected(lambda v: isinstance(v, list) and all(
+        isinstance(ids, list) and ids and all(map(_is_int, ids)) for ids in v),
+        "a list of lists of integers"),
     **dict.fromkeys(("eos_token_id", "forced_eos_token_id"), IDS),
 }
 """The ``generation_config.json`` keys textkit reads, by what they hold (null: not set)."""
@@ -134,11 +139,12 @@ def unsupported(root: Path, key: str, value: Any, why: str) -> UnsupportedArchit
                                         f"supported: {why}")
 
 
-def _safetensors(path: Path, shard_of: Path | None = None) -> dict[str, np.ndarray]:
-    """The tensors of one safetensors file as float32, its header checked first: a length
+def _checked_safetensors(path: Path, shard_of: Path | None = None) -> Any:
+    """An open safetensors file (``safe_open``, numpy), its header checked first: a length
     field that does not fit the file, a header that is not JSON, or tensor offsets past the end
     (a file cut short) are ``PretrainedError``s naming the file (and the index naming it)."""
-    from safetensors.numpy import load_file
+    import ml_dtypes  # noqa: F401  (numpy learns bfloat16 here, whatever was imported before)
+    from safetensors import safe_open
 
     where = f"{path}" + (f" (a shard named by {shard_of.name})" if shard_of else "")
     size = path.stat().st_size
@@ -163,16 +169,41 @@ def _safetensors(path: Path, shard_of: Path | None = None) -> dict[str, np.ndarr
         raise PretrainedError(f"{where}: cut short: its tensors need {8 + length + end:,} bytes "
                               f"but the file has {size:,} (a partial download?)")
     try:
-        return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
+        return safe_open(str(path), framework="numpy")
     except Exception as err:  # safetensors raises its own SafetensorError and OSError
         raise PretrainedError(f"{where}: unreadable safetensors file ({err})") from None
 
 
-def read_tensors(root: Path) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors as float32 numpy arrays: ``model.safetensors``, sharded
-    safetensors (``model.safetensors.index.json`` and the shards its ``weight_map`` names),
-    else torch's ``pytorch_model.bin`` (only when torch is installed). A damaged file is a
-    ``PretrainedError`` naming it (``_safetensors``)."""
+class Tensors(Mapping[str, np.ndarray]):
+    """A checkpoint's tensors by name, each read from its safetensors file when asked for, in
+    the file's dtype (float32, float16 or bfloat16), so that a loader converts one tensor at a
+    time into its params' dtype: host memory holds the params and one tensor, not a float32
+    copy of the whole checkpoint."""
+
+    def __init__(self, files: Mapping[Path, Any]) -> None:
+        self._files = dict(files)
+        self._where = {name: path for path, handle in self._files.items()
+                       for name in handle.keys()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        path = self._where[name]
+        try:
+            return self._files[path].get_tensor(name)
+        except Exception as err:
+            raise PretrainedError(f"{path}: tensor {name} is unreadable ({err})") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def read_tensors(root: Path) -> Mapping[str, np.ndarray]:
+    """The checkpoint's tensors by name: ``model.safetensors``, sharded safetensors
+    (``model.safetensors.index.json`` and the shards its ``weight_map`` names), each read when
+    asked for (``Tensors``), else torch's ``pytorch_model.bin`` (only when torch is installed;
+    float32). A damaged file is a ``PretrainedError`` naming it."""
     index = root / "model.safetensors.index.json"
     if not (root / "model.safetensors").is_file() and index.is_file():
         try:
@@ -184,13 +215,11 @@ def read_tensors(root: Path) -> dict[str, np.ndarray]:
         if missing:
             raise MissingFileError(f"{root} is missing the shards {', '.join(missing)} named "
                                    f"by {index.name}")
-        tensors: dict[str, np.ndarray] = {}
-        for name in shards:
-            tensors.update(_safetensors(root / name, index))
-        return tensors
+        return Tensors({root / name: _checked_safetensors(root / name, index)
+                        for name in shards})
     path = root / "model.safetensors"
     if path.is_file():
-        return _safetensors(path)
+        return Tensors({path: _checked_safetensors(path)})
     if (root / "pytorch_model.bin").is_file():
         try:
             import torch

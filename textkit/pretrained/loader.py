@@ -1,6 +1,7 @@
 """``load_pretrained(dir)``: the one loader of foreign (Hugging Face layout) checkpoint
 directories. It reads ``config.json`` and hands the directory to the loader registered for its
-``model_type`` in ``LOADERS`` ("marian": ``marian.load``; the encoder families:
+``model_type`` in ``LOADERS`` (the encoder-decoder families, "marian": ``seq2seq.load`` of
+the family; the encoder families:
 ``encoders.load``); a sentence-transformers directory (``modules.json``) loads its Transformer
 module so, then ``sentence.load`` adds the rest. Every family gives one typed ``Pretrained``.
 ``load_translator(dir)`` builds a ``Translator`` that searches as Hugging Face ``generate``
@@ -9,17 +10,20 @@ does, with the options of ``generation_options(dir)``.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textkit.decoding import Translator
+from textkit.decoding import GenerationConfig, Translator
+from textkit.decoding.generation_config import NEUTRAL, OPTIONS
+from textkit.decoding.translator import translator_options
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
-from textkit.pretrained import decoders, encoders, marian, sentence
+from textkit.pretrained import bart, decoders, encoders, marian, sentence, seq2seq
 from textkit.pretrained.errors import UnsupportedArchitectureError
 from textkit.pretrained.files import (
     GENERATION_TYPES,
@@ -30,12 +34,18 @@ from textkit.pretrained.files import (
 )
 from textkit.pretrained.result import Pretrained
 
-__all__ = ["LOADERS", "generation_options", "load_pretrained", "load_translator",
-           "save_pretrained"]
+__all__ = ["LOADERS", "generation_config", "generation_options", "load_pretrained",
+           "load_translator", "save_pretrained"]
 
 PyTree = Any
 
-LOADERS: dict[str, Callable[..., Any]] = {"marian": marian.load,
+SEQ2SEQ_FAMILIES: dict[str, seq2seq.Seq2SeqFamily] = {
+    family.architecture: family for family in (marian.FAMILY, bart.FAMILY)}
+"""``TransformerConfig.architecture`` -> its encoder-decoder checkpoint family."""
+
+LOADERS: dict[str, Callable[..., Any]] = {
+    **{family.model_type: functools.partial(seq2seq.load, family)
+       for family in SEQ2SEQ_FAMILIES.values()},
                                           **dict.fromkeys(encoders.MODEL_TYPES, encoders.load),
                                           **dict.fromkeys(decoders.MODEL_TYPES, decoders.load)}
 """``config.json`` ``model_type`` -> ``loader(root: Path, config: dict, **overrides)``."""
@@ -97,7 +107,8 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
     """Write ``model`` / ``params`` and its tokenizer(s) as a Hugging Face checkpoint directory
     (replaced atomically) that transformers loads: an ``Encoder`` with its ``EncoderTokenizer``
     (``encoders.save_pretrained``), a Marian-shaped ``Transformer`` with its ``(src, tgt)``
-    ``MarianTokenizer``s (``marian.save_pretrained``; ``options``: ``generation``), a
+    tokenizers (``seq2seq.save_pretrained`` of the family its config's ``architecture``
+    names, Marian's ``MarianTokenizer``s; ``options``: ``generation``), a
     ``SentenceEncoder`` as a sentence-transformers directory (``sentence.save_pretrained``), a
     ``DecoderLM`` with its ``LMTokenizer`` (``decoders.save_pretrained``; ``options``:
     ``generation``). Encoder ``options``: ``labels`` (class names written as ``id2label`` /
@@ -109,9 +120,16 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
     if isinstance(model, DecoderLM):
         return decoders.save_pretrained(model, params, tokenizers, path, **options)
     if isinstance(model, Transformer):
-        return marian.save_pretrained(model, params, tokenizers, path, **options)
+        family = SEQ2SEQ_FAMILIES.get(model.config.architecture)
+        if family is None:
+            raise UnsupportedArchitectureError(
+                f"save_pretrained writes a Transformer in the layout of the checkpoint family "
+                f"its config's architecture names ({sorted(SEQ2SEQ_FAMILIES)}); this one is "
+                f"{model.config.architecture!r} (textkit's own: it has no Hugging Face "
+                f"layout; train from --init-from a checkpoint to export one)")
+        return seq2seq.save_pretrained(family, model, params, tokenizers, path, **options)
     raise TypeError(f"save_pretrained writes Encoder, SentenceEncoder, DecoderLM and "
-                    f"Marian-shaped Transformer models; got {type(model).__name__}")
+                    f"Transformer models; got {type(model).__name__}")
 
 
 def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator, PyTree]:
@@ -125,53 +143,45 @@ def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator
     if loaded.kind != "translation":
         raise UnsupportedArchitectureError(f"{Path(path) / 'config.json'}: a {loaded.kind} "
                                            f"checkpoint, not a translation model")
-    settings = {**generation_options(path), "src_append_eos": False, **options}
+    config = generation_config(path)
+    start = getattr(loaded.model.config, "decoder_start_id", None)
+    if config.decoder_start_id is not None and config.decoder_start_id != start:
+        warnings.warn(f"{Path(path)}: generation_config.json's decoder_start_token_id "
+                      f"{config.decoder_start_id} differs from config.json's {start}; the "
+                      f"Translator starts with {start}", UserWarning, stacklevel=2)
+    settings = {**translator_options(config, loaded.target_tokenizer.eos_id,
+                                     f"the Translator of {Path(path)}"),
+                "src_append_eos": False, **options}
     return Translator(loaded.model, loaded.tokenizer, loaded.target_tokenizer,
                       **settings), loaded.params
 
 
 # -------------------------------------------------------------------------------- generation
-_IGNORED = {"transformers_version", "bos_token_id", "pad_token_id", "eos_token_id",
-            "decoder_start_token_id", "_from_model_config", "use_cache", "output_scores",
-            "return_dict_in_generate"}
-_NEUTRAL = {"do_sample": False, "early_stopping": False, "num_return_sequences": 1,
-            "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0,
-            "temperature": 1.0, "top_k": 50, "top_p": 1.0, "renormalize_logits": False,
-            "encoder_no_repeat_ngram_size": 0, "diversity_penalty": 0.0, "num_beam_groups": 1}
+def generation_config(path: str | os.PathLike) -> GenerationConfig:
+    """The ``GenerationConfig`` of a checkpoint directory: its ``generation_config.json``
+    (keys checked by type, ``files.GENERATION_TYPES``), else the generation keys of its
+    ``config.json`` (older checkpoints keep them there), else transformers' defaults; read by
+    the one reader (``GenerationConfig.from_dict``: options textkit does not implement are named
+    in a ``UserWarning``)."""
+    root = Path(path)
+    source = root / "generation_config.json"
+    gen = read_settings(source, GENERATION_TYPES)
+    if not source.is_file():
+        source = root / "config.json"
+        config = read_config(root)
+        gen = {k: v for k, v in config.items() if k in OPTIONS or k in NEUTRAL}
+        check_types(source, gen, GENERATION_TYPES)
+    return GenerationConfig.from_dict(gen, str(source))
 
 
 def generation_options(path: str | os.PathLike) -> dict[str, Any]:
-    """``Translator`` options from a checkpoint's ``generation_config.json`` (else the
-    generation keys of ``config.json``, else transformers' defaults).
-
-    Maps ``num_beams`` -> ``beam_size``, ``length_penalty`` -> ``alpha`` with ``length_offset=0``
-    (transformers' ``n ** alpha``), ``max_length`` (start token included) -> ``max_length - 1``
-    output tokens, single-token ``bad_words_ids`` -> ``banned_ids``, ``forced_eos_token_id`` ->
-    ``forced_eos``, and ``hf_compatible=True``. Options with no textkit counterpart at a
-    non-neutral value (sampling, repetition penalties, ``min_length``, ...) are named in a
-    ``UserWarning`` and ignored.
-    """
-    root = Path(path)
-    gen_path = root / "generation_config.json"
-    gen = read_settings(gen_path, GENERATION_TYPES)
-    if not gen_path.is_file():
-        gen = read_config(root)
-        check_types(root / "config.json", gen, GENERATION_TYPES)
-    eos = gen.get("eos_token_id", 0)
-    eos = eos[0] if isinstance(eos, list) else eos
-    banned = [ids[0] for ids in gen.get("bad_words_ids") or [] if len(ids) == 1]
-    options = {"beam_size": int(gen.get("num_beams") or 1),
-               "alpha": float(gen.get("length_penalty", 1.0)), "length_offset": 0.0,
-               "max_length": max(1, int(gen.get("max_length") or 20) - 1),
-               "banned_ids": tuple(banned), "hf_compatible": True,
-               "forced_eos": gen.get("forced_eos_token_id") is not None
-               and gen.get("forced_eos_token_id") in (eos, [eos])}
-    if gen.get("max_new_tokens"):
-        options["max_length"] = int(gen["max_new_tokens"])
-    ignored = {k: v for k, v in gen.items() if k in _NEUTRAL and v != _NEUTRAL[k]}
-    ignored.update({"bad_words_ids": gen["bad_words_ids"]} if len(banned) < len(
-        gen.get("bad_words_ids") or []) else {})
-    if ignored:
-        warnings.warn(f"{gen_path}: generation options textkit does not apply: {ignored}",
-                      UserWarning, stacklevel=2)
-    return options
+    """``Translator`` options from a checkpoint's generation settings (``generation_config``,
+    mapped by ``translator_options``: ``num_beams`` -> ``beam_size``, ``length_penalty`` ->
+    ``alpha`` with ``length_offset=0`` (transformers' ``n ** alpha``), ``max_length`` (start
+    token included) -> ``max_length - 1`` output tokens, single-token ``bad_words_ids`` ->
+    ``banned_ids``, ``forced_eos_token_id`` -> ``forced_eos``, ``min_length``,
+    ``early_stopping``, and ``hf_compatible=True``). Options the Translator does not apply at a
+    non-neutral value are named in a ``UserWarning``."""
+    config = generation_config(path)
+    eos = config.eos_ids[0] if config.eos_ids else None
+    return translator_options(config, eos, f"the Translator of {Path(path)}")

@@ -40,14 +40,16 @@ class MarianTokenizer:
       unk: the unknown piece.
       pad: the padding piece.
       extra_specials: further special pieces (``additional_special_tokens``) in ``vocab``.
-      decoder_start_id: ``bos_id`` (the first decoder input; Marian's is the pad id).
+      decoder_start_id: the first decoder input (default: the pad id, Marian's).
       add_eos: append ``eos_id`` to every encoding (False for training targets, to which the
-        translation loader adds EOS itself).
+        translation loader adds EOS itself; ``configured(add_eos=False)`` gives such a copy).
 
     ``encode(list[str]) -> list[list[int]]`` (EOS appended), ``decode(list[list[int]]) ->
-    list[str]``; ``pad_id``, ``eos_id``, ``unk_id``, ``bos_id`` (= the decoder start id) and
-    ``len()`` (the vocabulary size: largest id + 1) as the ``Translator`` and the translation
-    loader need them.
+    list[str]``; ``pad_id``, ``eos_id``, ``unk_id``, ``decoder_start_id``, ``bos_id`` (Marian
+    has no BOS token: the decoder start id, which the translation loader puts first in every
+    target) and ``len()`` (the vocabulary size: largest id + 1) as the ``Translator`` and the
+    translation loader need them. The ``seq2seq.Seq2SeqTokenizer`` protocol: settings change
+    only in copies (``configured``); Marian takes no language codes (``for_languages``).
     """
 
     def __init__(self, spm_path: str | os.PathLike, vocab: Mapping[str, int], *,
@@ -64,7 +66,8 @@ class MarianTokenizer:
         self.pieces = {i: piece for piece, i in self.vocab.items()}
         self.eos_piece, self.unk_piece, self.pad_piece = eos, unk, pad
         self.eos_id, self.unk_id, self.pad_id = self.vocab[eos], self.vocab[unk], self.vocab[pad]
-        self.bos_id = self.pad_id if decoder_start_id is None else int(decoder_start_id)
+        self.decoder_start_id = self.pad_id if decoder_start_id is None else int(
+            decoder_start_id)
         self.add_eos = bool(add_eos)
         self.specials = [eos, unk, pad, *[s for s in extra_specials if s in self.vocab]]
         self.special_ids = frozenset(self.vocab[s] for s in self.specials)
@@ -90,6 +93,29 @@ class MarianTokenizer:
     def __len__(self) -> int:
         return max(self.vocab.values()) + 1
 
+    @property
+    def bos_id(self) -> int:
+        """The decoder start id (Marian has no BOS token; see the class docstring)."""
+        return self.decoder_start_id
+
+    def configured(self, *, add_eos: bool | None = None) -> MarianTokenizer:
+        """A copy with ``add_eos`` changed (this tokenizer is left as it is)."""
+        copy = object.__new__(MarianTokenizer)
+        copy.__dict__.update(self.__dict__)
+        if add_eos is not None:
+            copy.add_eos = bool(add_eos)
+        return copy
+
+    def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> MarianTokenizer:
+        """This tokenizer when both codes are None; a ``ValueError`` naming them otherwise:
+        a Marian checkpoint is one language pair (a multilingual OPUS-MT model takes its
+        target as a ``>>xx<<`` token at the start of each source text)."""
+        given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
+        if given:
+            raise ValueError(f"Marian checkpoints take no language codes (given {given}); a "
+                             f"multilingual OPUS-MT model takes the target as a >>xx<< token "
+                             f"at the start of each source text")
+        return self
     def __repr__(self) -> str:
         return f"MarianTokenizer({self.spm_path.name}, {len(self)} ids)"
 

@@ -133,9 +133,9 @@ def _dense(path: Path, width: int) -> tuple[SentenceDense, dict[str, np.ndarray]
                               f"({config['out_features']}, {width}), got "
                               f"{None if weight is None else weight.shape}")
     bias = bool(config.get("bias", True))
-    params = {"kernel": np.ascontiguousarray(weight.T)}
+    params = {"kernel": np.ascontiguousarray(weight.T, np.float32)}
     if bias:
-        params["bias"] = tensors["linear.bias"]
+        params["bias"] = np.asarray(tensors["linear.bias"], np.float32)
     return SentenceDense(int(config["out_features"]), bias, activation), params
 
 

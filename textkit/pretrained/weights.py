@@ -18,8 +18,9 @@ import numpy as np
 
 from textkit.pretrained.errors import PretrainedError, VocabSizeMismatchError
 
-__all__ = ["SAME", "Entry", "Transform", "at", "heads_bias", "linear", "out_proj", "put",
-           "read_params", "stack_axis", "to_textkit", "to_torch", "write_tensors"]
+__all__ = ["SAME", "Entry", "Transform", "at", "check_vocab_size", "expected_params",
+           "heads_bias", "linear", "out_proj", "put", "read_params", "stack_axis", "to_textkit",
+           "to_torch", "write_tensors"]
 
 Transform = tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]
 
@@ -155,3 +156,20 @@ def write_tensors(entries: list[Entry], params: Any) -> dict[str, np.ndarray]:
         tensors.update(zip(names, to_torch(at(params, entry.path), len(names), entry.transform,
                                            entry.path, entry.parts)))
     return tensors
+
+
+def expected_params(model: Any, *inputs: Any) -> Any:
+    """The params' shapes and dtypes of a flax ``model`` applied to ``inputs`` (``jax.eval_shape``
+    of its ``init``: nothing computed, nothing allocated)."""
+    import jax
+
+    return jax.eval_shape(lambda key: model.init(key, *inputs)["params"], jax.random.PRNGKey(0))
+
+
+def check_vocab_size(where: Any, what: str, ids: int, size: int) -> None:
+    """The one vocabulary-size check of every family: ``VocabSizeMismatchError`` naming
+    ``where`` (a directory, or a description) when ``what`` (a tokenizer) has more ``ids``
+    than the model's ``size`` embeddings."""
+    if ids > size:
+        raise VocabSizeMismatchError(f"{where}: {what} has {ids} ids but the model {size} "
+                                     f"embeddings (vocab_size in config.json)")

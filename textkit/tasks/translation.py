@@ -424,8 +424,9 @@ def init_from(path: str, precision: str = "float32",
     if pretrained.kind != "translation":
         raise ConfigError(f"--init-from {path}: a {pretrained.kind} checkpoint, not a "
                           f"translation model")
-    pretrained.target_tokenizer.add_eos = False
-    return pretrained.replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params))
+    return pretrained.replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params),
+                              target_tokenizer=pretrained.target_tokenizer.configured(
+                                  add_eos=False))
 
 
 # ------------------------------------------------------------------------------------ the task

@@ -1,0 +1,194 @@
+"""BART checkpoints (``model_type`` "bart", ``BartForConditionalGeneration``): the ``FAMILY``
+that ``textkit.pretrained.seq2seq`` loads and saves generically.
+
+The config map reads ``config.json`` as a ``Transformer`` with ``architecture="bart"``:
+post-norm layers, learned positions with BART's offset of 2 (the table has
+``max_position_embeddings`` + 2 rows), a layer norm after the embeddings
+(``layernorm_embedding``), the checkpoint's activation (GELU), ``final_logits_bias``, one
+shared embedding table, the decoder starting from ``decoder_start_token_id`` (``</s>``). The
+weights follow the fairseq-descended names (``seq2seq.fairseq_weight_map``). The tokenizer is
+the byte-level BPE of RoBERTa (``tokenizer.json``, else ``vocab.json`` + ``merges.txt``), each
+text encoded as ``<s> ... </s>`` (``BartTokenizer``). A summarisation checkpoint's
+``generation_config.json`` (``forced_bos_token_id``, ``early_stopping``, ``min_length``,
+``no_repeat_ngram_size``, ...) is read by the one reader; ``load_translator`` follows what it
+implements and names the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from textkit.models.layers import ACTIVATIONS
+from textkit.models.transformer import TransformerConfig
+from textkit.pretrained import seq2seq
+from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
+from textkit.pretrained.errors import PretrainedError, UnsupportedArchitectureError
+from textkit.pretrained.files import unsupported
+
+__all__ = ["FAMILY", "BartTokenizer", "bart_config", "hf_config"]
+
+LAYER_NORM_EPSILON = 1e-5   # torch.nn.LayerNorm's default, every BART layer norm's
+POSITION_OFFSET = 2         # BartLearnedPositionalEmbedding's offset
+
+
+class BartTokenizer:
+    """BART's tokenizer as a ``seq2seq.Seq2SeqTokenizer``: RoBERTa's byte-level BPE
+    (``EncoderTokenizer``), each text encoded ``<s> ... </s>`` as transformers'
+    ``BartTokenizer`` encodes it; the same object serves both sides.
+
+    ``decoder_start_id``: the decoder's first input (BART's is ``</s>``); ``bos_id`` is the
+    same id (what the translation batches put first in every target). ``add_eos=False`` (a
+    ``configured`` copy) leaves the final ``</s>`` out (training targets, to which the
+    translation loader adds it)."""
+
+    def __init__(self, inner: EncoderTokenizer, decoder_start_id: int, *,
+                 add_eos: bool = True) -> None:
+        self.inner = inner
+        ids = {name: inner.token_to_id(token) for name, token in
+               (("eos", "</s>"), ("unk", "<unk>"), ("begin", "<s>"))}
+        missing = [token for token, i in zip(("</s>", "<unk>", "<s>"), ids.values())
+                   if i is None]
+        if missing:
+            raise PretrainedError(f"{inner.source or 'the tokenizer'}: BART's special tokens "
+                                  f"{missing} are not in the vocabulary")
+        self.pad_id, self.eos_id, self.unk_id = inner.pad_id, ids["eos"], ids["unk"]
+        self.begin_id = ids["begin"]
+        self.decoder_start_id = int(decoder_start_id)
+        self.add_eos = bool(add_eos)
+
+    @property
+    def bos_id(self) -> int:
+        """The decoder start id (see the class docstring)."""
+        return self.decoder_start_id
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __repr__(self) -> str:
+        return f"BartTokenizer({self.inner.source}, {len(self)} ids)"
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """``<s> ... </s>`` ids of every text (without the ``</s>`` when ``add_eos`` is
+        False)."""
+        rows = [list(encoding.ids) for encoding in self.inner.encodings(list(texts))]
+        if not self.add_eos:
+            rows = [row[:-1] if row and row[-1] == self.eos_id else row for row in rows]
+        return rows
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Text of every id list, special tokens skipped."""
+        return [self.inner.decode(row) for row in ids]
+
+    def configured(self, *, add_eos: bool | None = None) -> BartTokenizer:
+        """A copy with ``add_eos`` changed (this tokenizer is left as it is)."""
+        return BartTokenizer(self.inner, self.decoder_start_id,
+                             add_eos=self.add_eos if add_eos is None else add_eos)
+
+    def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> BartTokenizer:
+        """This tokenizer when both codes are None; a ``ValueError`` naming them otherwise
+        (BART is not multilingual; mBART-50 is)."""
+        given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
+        if given:
+            raise ValueError(f"BART checkpoints take no language codes (given {given})")
+        return self
+
+
+# ------------------------------------------------------------------------------------ config
+def bart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
+                **overrides: Any) -> TransformerConfig:
+    """``TransformerConfig`` of a BART ``config.json`` dict (``UnsupportedArchitectureError``
+    names the first option textkit does not implement); ``overrides`` replace fields."""
+    root = Path(root)
+    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
+                     ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf.get(enc) != hf.get(dec):
+            raise unsupported(root, dec, hf.get(dec), f"textkit needs {enc} == {dec} "
+                                                       f"({hf.get(enc)})")
+    activation = hf.get("activation_function", "gelu")
+    if activation not in ACTIVATIONS:
+        raise unsupported(root, "activation_function", activation,
+                          f"expected one of {sorted(ACTIVATIONS)}")
+    for key, expected in (("normalize_before", False), ("add_final_layer_norm", False),
+                          ("normalize_embedding", True), ("static_position_embeddings", False),
+                          ("add_bias_logits", False)):
+        if key in hf and bool(hf[key]) != expected:
+            raise unsupported(root, key, hf[key], f"BART (and textkit's reading of it) has "
+                                                  f"{expected}")
+    vocab = int(hf["vocab_size"])
+    options = dict(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=True,
+        tie_output=bool(hf.get("tie_word_embeddings", True)), d_model=int(hf["d_model"]),
+        num_heads=int(hf["encoder_attention_heads"]), d_ff=int(hf["encoder_ffn_dim"]),
+        num_encoder_layers=int(hf["encoder_layers"]),
+        num_decoder_layers=int(hf["decoder_layers"]), dropout=float(hf.get("dropout", 0.1)),
+        attention_dropout=float(hf.get("attention_dropout", 0.0)), pre_norm=False,
+        positions="learned", position_offset=POSITION_OFFSET,
+        max_len=int(hf.get("max_position_embeddings", 1024)), activation=activation,
+        layer_norm_epsilon=LAYER_NORM_EPSILON, scale_embedding=bool(hf.get("scale_embedding",
+                                                                           False)),
+        final_logits_bias=True, embedding_norm=True,
+        decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
+        pad_id=int(hf.get("pad_token_id", 1)), architecture="bart")
+    options.update(overrides)
+    return TransformerConfig(**options)
+
+
+def hf_config(config: TransformerConfig, target: BartTokenizer) -> dict[str, Any]:
+    """The ``config.json`` dict of a BART ``TransformerConfig`` (inverse of ``bart_config``);
+    ``UnsupportedArchitectureError`` for what BART cannot express."""
+    for field, want in (("pre_norm", False), ("positions", "learned"),
+                        ("position_offset", POSITION_OFFSET), ("embedding_norm", True),
+                        ("has_final_norm", False), ("final_logits_bias", True),
+                        ("share_embeddings", True), ("layer_norm_epsilon", LAYER_NORM_EPSILON)):
+        if getattr(config, field) != want:
+            raise UnsupportedArchitectureError(
+                f"TransformerConfig.{field}={getattr(config, field)!r} cannot be written as a "
+                f"BART checkpoint (BART has {field}={want!r})")
+    return {
+        "vocab_size": config.src_vocab_size, "d_model": config.d_model,
+        "encoder_layers": config.num_encoder_layers, "decoder_layers": config.num_decoder_layers,
+        "encoder_attention_heads": config.num_heads, "decoder_attention_heads": config.num_heads,
+        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
+        "activation_function": config.activation, "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout, "activation_dropout": 0.0,
+        "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,
+        "tie_word_embeddings": config.tie_output, "pad_token_id": config.pad_id,
+        "bos_token_id": target.begin_id, "eos_token_id": target.eos_id,
+        "decoder_start_token_id": config.decoder_start_id, "forced_eos_token_id": target.eos_id,
+        "is_encoder_decoder": True,
+    }
+
+
+# ----------------------------------------------------------------------- tokenizer settings
+def load_tokenizers(root: Path, config: TransformerConfig) -> tuple[BartTokenizer,
+                                                                     BartTokenizer]:
+    """(source, target): one ``BartTokenizer`` of ``root`` for both sides."""
+    tokenizer = BartTokenizer(EncoderTokenizer.from_directory(root, "roberta"),
+                              config.decoder_start_id)
+    return tokenizer, tokenizer
+
+
+def save_tokenizers(source: BartTokenizer, target: BartTokenizer, directory: Path,
+                    config: TransformerConfig) -> None:
+    """The tokenizer's files (those it was read from) in ``directory``."""
+    source.inner.save(directory, "roberta")
+
+
+def generation(config: TransformerConfig, target: BartTokenizer) -> dict[str, Any]:
+    """The ``generation_config.json`` transformers writes for a BART model."""
+    return {"bos_token_id": target.begin_id, "decoder_start_token_id": config.decoder_start_id,
+            "eos_token_id": target.eos_id, "forced_eos_token_id": target.eos_id,
+            "pad_token_id": config.pad_id}
+
+
+FAMILY = seq2seq.Seq2SeqFamily(
+    model_type="bart", hf_class="BartForConditionalGeneration", architecture="bart",
+    config=bart_config, hf_config=hf_config, weight_map=seq2seq.fairseq_weight_map,
+    vocab_paths=("src_embed", "tgt_embed", "output", "final_logits_bias"),
+    tokenizer_files=(), load_tokenizers=load_tokenizers, save_tokenizers=save_tokenizers,
+    tokenizer_type=BartTokenizer, generation=generation, layout=seq2seq.embedding_layout,
+    named=seq2seq.tied_names)
+"""BART as a ``seq2seq.Seq2SeqFamily``."""
