@@ -110,3 +110,27 @@ def test_roberta_base_files_give_transformers_ids():
     tokenizer = BartTokenizer(EncoderTokenizer.from_directory(ROBERTA, "roberta"), 2)
     assert tokenizer.encode(expected["texts"]) == expected["ids"]
     assert tokenizer.decode(expected["ids"]) == expected["decoded"]
+
+
+@pytest.mark.slow
+def test_fine_tune_and_export(tmp_path):
+    """``examples/nmt/train.py --init-from`` a BART checkpoint: a few steps, then the evaluated
+    parameters exported in BART's layout, loading back to exactly those parameters."""
+    from subprocesses import load_script
+
+    from textkit.training import RunDir
+
+    root = Path(__file__).resolve().parents[1]
+    train = load_script(root / "examples" / "nmt" / "train.py", "nmt_train")
+    summary = train.main([
+        "--init-from", str(BART), "--max-steps", "3", "--toy-sizes", "60,4,4",
+        "--eval-every", "0", "--max-length", "60", "--batch-tokens", "512",
+        "--decode-batch-size", "4", "--lr", "1e-3", "--save-dir", str(tmp_path / "run")])
+    assert summary["steps"] == 3 and summary["export"] == str(tmp_path / "run" / "export")
+    exported = load_pretrained(tmp_path / "run" / "export")
+    assert exported.model.config.architecture == "bart"
+    assert exported.generation == load_pretrained(BART).generation
+    final, _ = RunDir(tmp_path / "run").load_final(jax.eval_shape(lambda: exported.params))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, exported.params, final)
+    with pytest.raises(SystemExit):
+        train.main(["--export", "--max-steps", "1", "--save-dir", str(tmp_path / "other")])

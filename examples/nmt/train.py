@@ -14,7 +14,10 @@ beam search every --eval-every steps, Orbax checkpoints (latest N and best), ave
 last N, then cased and lowercased test BLEU with sacreBLEU signatures. ``--resume`` continues
 from the latest checkpoint (parameters, optimizer, data position). Outputs under --save-dir:
 ``config.json``, ``spm*.model``, ``store/``, ``checkpoints/``, ``final/`` (evaluated params),
-``summary.json``.
+``summary.json``; with ``--init-from DIR`` (a Marian / OPUS-MT or BART checkpoint, fine-tuned
+with its own tokenizers) also ``export/``, the evaluated parameters written with
+``save_pretrained`` in the checkpoint's own layout (transformers loads it; ``--no-export``
+skips it).
 
 The same command runs on one device, on all local devices (data parallel over a ``data`` mesh
 axis) and as several processes (``--coordinator``/``--num-processes``/``--process-id`` or the
@@ -107,8 +110,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run.save_final(result.progress.step, params, source)  # every process: a collective save
     test = task.score(model, params, data["test"])
     run.write_text("test.hyp", "".join(h + "\n" for h in test["hypotheses"]))
+    export = None
+    if config.exports and run.main_process:
+        export = str(task.export(model, params, run.root / "export"))
+        run.log(f"exported with save_pretrained to {export}")
     summary = run.summary("translation", config.record(), result, num_params=num_params,
                           results={
+        "export": export,
         "evaluated": source, "valid_bleu": valid_bleu, "test_bleu": test["bleu"],
         "signature": test["signature"], "test_bleu_lowercase": test["bleu_lowercase"],
         "signature_lowercase": test["signature_lowercase"],

@@ -21,12 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from textkit.models.layers import ACTIVATIONS
 from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import PretrainedError, UnsupportedArchitectureError
-from textkit.pretrained.files import unsupported
 
 __all__ = ["FAMILY", "BartTokenizer", "bart_config", "hf_config"]
 
@@ -102,21 +100,9 @@ def bart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
     """``TransformerConfig`` of a BART ``config.json`` dict (``UnsupportedArchitectureError``
     names the first option textkit does not implement); ``overrides`` replace fields."""
     root = Path(root)
-    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
-                     ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if hf.get(enc) != hf.get(dec):
-            raise unsupported(root, dec, hf.get(dec), f"textkit needs {enc} == {dec} "
-                                                       f"({hf.get(enc)})")
-    activation = hf.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        raise unsupported(root, "activation_function", activation,
-                          f"expected one of {sorted(ACTIVATIONS)}")
-    for key, expected in (("normalize_before", False), ("add_final_layer_norm", False),
-                          ("normalize_embedding", True), ("static_position_embeddings", False),
-                          ("add_bias_logits", False)):
-        if key in hf and bool(hf[key]) != expected:
-            raise unsupported(root, key, hf[key], f"BART (and textkit's reading of it) has "
-                                                  f"{expected}")
+    activation = seq2seq.check_fairseq_config(hf, root, "BART", "gelu", {
+        "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
+        "static_position_embeddings": False, "add_bias_logits": False})
     vocab = int(hf["vocab_size"])
     options = dict(
         src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=True,

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from textkit._io import write_json_atomic
-from textkit.models.layers import ACTIVATIONS
 from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.errors import NotMarianCheckpointError, UnsupportedArchitectureError
@@ -64,21 +63,9 @@ def marian_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
     ``dropout``) replace fields."""
     root = Path(root)
     get = lambda key, default=None: hf.get(key, default)  # noqa: E731
-    pairs = (("encoder_attention_heads", "decoder_attention_heads"),
-             ("encoder_ffn_dim", "decoder_ffn_dim"))
-    for enc, dec in pairs:
-        if get(enc) != get(dec):
-            raise unsupported(root, dec, get(dec), f"textkit needs {enc} == {dec} "
-                                                    f"({get(enc)})")
-    activation = get("activation_function", "swish")
-    if activation not in ACTIVATIONS:
-        raise unsupported(root, "activation_function", activation,
-                           f"expected one of {sorted(ACTIVATIONS)}")
-    for key, expected in (("normalize_before", False), ("add_final_layer_norm", False),
-                          ("normalize_embedding", False), ("static_position_embeddings", True),
-                          ("add_bias_logits", False)):
-        if key in hf and bool(hf[key]) != expected:
-            raise unsupported(root, key, hf[key], f"Marian (and textkit) use {expected}")
+    activation = seq2seq.check_fairseq_config(hf, root, "Marian", "swish", {
+        "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
+        "static_position_embeddings": True, "add_bias_logits": False})
     shared = bool(get("share_encoder_decoder_embeddings", True))
     vocab = int(get("vocab_size"))
     tgt_vocab = vocab if shared else int(get("decoder_vocab_size") or vocab)

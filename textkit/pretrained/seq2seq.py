@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from textkit._io import atomic_dir, write_json_atomic
+from textkit.models.layers import ACTIVATIONS
 from textkit.models.transformer import Transformer, TransformerConfig
 from textkit.pretrained.errors import (
     MissingFileError,
@@ -35,7 +36,7 @@ from textkit.pretrained.errors import (
     VocabSizeMismatchError,
     WrongFamilyError,
 )
-from textkit.pretrained.files import read_tensors, write_tensors_file
+from textkit.pretrained.files import read_tensors, unsupported, write_tensors_file
 from textkit.pretrained.result import Pretrained
 from textkit.pretrained.weights import (
     SAME,
@@ -49,7 +50,8 @@ from textkit.pretrained.weights import (
     write_tensors,
 )
 
-__all__ = ["Seq2SeqFamily", "Seq2SeqTokenizer", "embedding_layout", "fairseq_weight_map",
+__all__ = ["Seq2SeqFamily", "Seq2SeqTokenizer", "check_fairseq_config", "embedding_layout",
+           "fairseq_weight_map",
            "load", "save_pretrained", "tied_names"]
 
 Tensors = Mapping[str, np.ndarray]
@@ -183,6 +185,28 @@ def fairseq_weight_map(config: TransformerConfig) -> list[Entry]:
         for i in range(count):
             entries += _layer_entries(side, i, heads, side == "decoder")
     return [Entry(*entry) for entry in entries]
+
+
+def check_fairseq_config(hf: Mapping[str, Any], root: Path, family: str,
+                         default_activation: str, fixed: Mapping[str, bool]) -> str:
+    """The checks every fairseq-descended ``config.json`` gets: equal encoder and decoder
+    heads and feed-forward sizes, a known activation, and each key of ``fixed`` (when there)
+    at the value the family has; ``UnsupportedArchitectureError`` names the key and value.
+    Returns the activation."""
+    for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
+                     ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf.get(enc) != hf.get(dec):
+            raise unsupported(root, dec, hf.get(dec), f"textkit needs {enc} == {dec} "
+                                                       f"({hf.get(enc)})")
+    activation = hf.get("activation_function", default_activation)
+    if activation not in ACTIVATIONS:
+        raise unsupported(root, "activation_function", activation,
+                          f"expected one of {sorted(ACTIVATIONS)}")
+    for key, expected in fixed.items():
+        if key in hf and bool(hf[key]) != expected:
+            raise unsupported(root, key, hf[key], f"{family} (and textkit's reading of it) "
+                                                  f"has {expected}")
+    return activation
 
 
 def embedding_layout(tensors: Tensors) -> dict[str, bool]:

@@ -440,12 +440,14 @@ class TranslationConfig(TaskConfig):
     model: str = flag("transformer_tiny", "a translation preset (textkit.models.list_models"
                       "('translation'))", group="model")
     init_from: str | None = flag(
-        None, "fine-tune a Marian / OPUS-MT checkpoint directory with its own tokenizers "
-        "(--model, --spm-* and --joint-spm are then unused)", group="model")
-    src_lang: str | None = flag(None, "source language (default: the dataset's first)",
+        None, "fine-tune an encoder-decoder checkpoint directory (Marian / OPUS-MT, BART) "
+        "with its own tokenizers (--model, --spm-* and --joint-spm are then unused)",
+        group="model")
+    src_lang: str | None = flag(None, "source language: the suffix of the data files (default: "
+                                "the dataset's first); not a checkpoint's language code",
                                 group="data")
-    tgt_lang: str | None = flag(None, "target language (default: the dataset's second)",
-                                group="data")
+    tgt_lang: str | None = flag(None, "target language: the suffix of the data files (default: "
+                                "the dataset's second)", group="data")
     toy_sizes: tuple[int, ...] = flag((12000, 200, 500), "toy train,valid,test pairs",
                                       group="data")
     spm_vocab_size: int | None = flag(None, "SentencePiece vocabulary size (default: 1000 for "
@@ -486,6 +488,10 @@ class TranslationConfig(TaskConfig):
     decode_batch_size: int = flag(64, "sentences per decoding batch", group="evaluation")
     average_last: int = flag(1, "average the last N checkpoints at the end if that validates "
                              "better (1: none)", group="evaluation")
+    export: bool | None = flag(None, "write the evaluated parameters with save_pretrained to "
+                               "<run>/export, a checkpoint directory transformers loads "
+                               "(default: with --init-from; a model trained from scratch has "
+                               "no Hugging Face layout)", group="output")
     runs_name = "nmt"
     fit: FitConfig = FitConfig(epochs=8, eval_every=500)
 
@@ -507,6 +513,14 @@ class TranslationConfig(TaskConfig):
             raise ConfigError(f"--toy-sizes takes train,valid,test sizes, got {self.toy_sizes}")
         if self.accum_steps < 1:
             raise ConfigError(f"--accum-steps must be >= 1, got {self.accum_steps}")
+        if self.export and not self.init_from:
+            raise ConfigError("--export needs --init-from: a model trained from scratch has no "
+                              "Hugging Face layout to export to")
+
+    @property
+    def exports(self) -> bool:
+        """Whether the run ends with an export (``--export``, by default with --init-from)."""
+        return bool(self.init_from) if self.export is None else self.export
 
 
 Pairs = Sequence[tuple[str, str]]
@@ -678,3 +692,16 @@ class TranslationTask(Task):
     def evaluate(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, float]:
         scores = self.score(model, params, data)
         return {"bleu": scores["bleu"], "bleu_lowercase": scores["bleu_lowercase"]}
+
+    def export(self, model: nn.Module, params: Params, directory: str | Path) -> Path:
+        """The fine-tuned ``--init-from`` checkpoint (``params``, its tokenizers and
+        generation settings) as a directory of its family that transformers loads; written
+        atomically, so a resumed run writes it again whole."""
+        from textkit.pretrained import save_pretrained
+
+        if self.pretrained is None:
+            raise ConfigError("--export needs --init-from (a model trained from scratch has no "
+                              "Hugging Face layout)")
+        return save_pretrained(model, jax.tree_util.tree_map(np.asarray, params),
+                               (self.src_tokenizer, self.tgt_tokenizer), directory,
+                               generation=self.pretrained.generation)
