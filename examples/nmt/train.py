@@ -46,12 +46,12 @@ from textkit.training import (
 )
 
 # settings that must not change when a run is resumed (data, vocabulary, model, data order)
-RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "toy_sizes", "spm_vocab_size",
-               "spm_model_type", "joint_spm", "max_length", "model", "model_overrides", "init_from",
-               "precision", "batch_tokens", "num_buckets", "batch_rows_multiple", "accum_steps",
-               "seed")
+RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "src_lang_code", "tgt_lang_code", "toy_sizes",
+               "spm_vocab_size", "spm_model_type", "joint_spm", "max_length", "model",
+               "model_overrides", "init_from", "precision", "batch_tokens", "num_buckets",
+               "batch_rows_multiple", "accum_steps", "seed")
 # settings added after older run directories were written, with the value those runs had
-ADDED_SINCE = {"accum_steps": 1}
+ADDED_SINCE = {"accum_steps": 1, "src_lang_code": None, "tgt_lang_code": None}
 
 
 def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:

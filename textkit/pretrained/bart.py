@@ -24,7 +24,11 @@ from typing import Any
 from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
-from textkit.pretrained.errors import PretrainedError, UnsupportedArchitectureError
+from textkit.pretrained.errors import (
+    LanguageError,
+    PretrainedError,
+    UnsupportedArchitectureError,
+)
 
 __all__ = ["FAMILY", "BartTokenizer", "bart_config", "hf_config"]
 
@@ -86,11 +90,11 @@ class BartTokenizer:
                              add_eos=self.add_eos if add_eos is None else add_eos)
 
     def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> BartTokenizer:
-        """This tokenizer when both codes are None; a ``ValueError`` naming them otherwise
+        """This tokenizer when both codes are None; a ``LanguageError`` naming them otherwise
         (BART is not multilingual; mBART-50 is)."""
         given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
         if given:
-            raise ValueError(f"BART checkpoints take no language codes (given {given})")
+            raise LanguageError(f"BART checkpoints take no language codes (given {given})")
         return self
 
 

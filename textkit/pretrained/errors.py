@@ -6,8 +6,8 @@ from __future__ import annotations
 from textkit.errors import TextkitError
 
 __all__ = [
-    "MissingFileError", "NotCheckpointError", "NotMarianCheckpointError", "PretrainedError",
-    "UnsupportedArchitectureError", "VocabSizeMismatchError", "WrongFamilyError",
+    "LanguageError", "MissingFileError", "NotCheckpointError", "NotMarianCheckpointError",
+    "PretrainedError", "UnsupportedArchitectureError", "VocabSizeMismatchError", "WrongFamilyError",
 ]
 
 
@@ -35,6 +35,11 @@ class MissingFileError(PretrainedError, FileNotFoundError):
 class UnsupportedArchitectureError(PretrainedError):
     """A config option (file, key and value named) textkit does not implement, including a
     ``model_type`` no loader is registered for."""
+
+
+class LanguageError(PretrainedError):
+    """A language code the checkpoint's tokenizer does not have (the nearest it has named), a
+    multilingual checkpoint given none, or codes given to a family that takes none."""
 
 
 class VocabSizeMismatchError(PretrainedError):

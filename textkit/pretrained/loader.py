@@ -23,7 +23,7 @@ from textkit.decoding.translator import translator_options
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
-from textkit.pretrained import bart, decoders, encoders, marian, sentence, seq2seq
+from textkit.pretrained import bart, decoders, encoders, m2m100, marian, sentence, seq2seq
 from textkit.pretrained.errors import UnsupportedArchitectureError
 from textkit.pretrained.files import (
     GENERATION_TYPES,
@@ -40,7 +40,7 @@ __all__ = ["LOADERS", "generation_config", "generation_options", "load_pretraine
 PyTree = Any
 
 SEQ2SEQ_FAMILIES: dict[str, seq2seq.Seq2SeqFamily] = {
-    family.architecture: family for family in (marian.FAMILY, bart.FAMILY)}
+    family.architecture: family for family in (marian.FAMILY, bart.FAMILY, m2m100.FAMILY)}
 """``TransformerConfig.architecture`` -> its encoder-decoder checkpoint family."""
 
 LOADERS: dict[str, Callable[..., Any]] = {
@@ -132,28 +132,44 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
                     f"Transformer models; got {type(model).__name__}")
 
 
-def load_translator(path: str | os.PathLike, **options: Any) -> tuple[Translator, PyTree]:
-    """``(translator, params)`` for a translation checkpoint directory (Marian / OPUS-MT,
-    ``load_pretrained``): sources get EOS appended (by the ``MarianTokenizer``), the search
-    follows ``generation_config.json`` (``generation_options``: beam size, length penalty in
-    transformers' form ``n ** alpha`` via ``length_offset=0``, ``max_length`` - 1 output
-    tokens, banned pad, forced EOS, transformers' finishing rule). ``options`` override any
-    ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
+def load_translator(path: str | os.PathLike, *, src_lang: str | None = None,
+                    tgt_lang: str | None = None, **options: Any) -> tuple[Translator, PyTree]:
+    """``(translator, params)`` for a translation checkpoint directory (``load_pretrained``;
+    Marian / OPUS-MT, BART, M2M100): sources are encoded by the checkpoint's tokenizer (its
+    EOS, and its language token), the search follows the checkpoint's generation settings
+    (``generation_config``, mapped by ``translator_options``: beam size, length penalty in
+    transformers' form ``n ** alpha`` via ``length_offset=0``, ``max_length`` - 1 output tokens,
+    banned ids, forced first and last tokens, transformers' finishing rule).
+
+    ``src_lang`` / ``tgt_lang``: the language codes of a multilingual checkpoint, in its
+    family's spelling (M2M100 "en"); the target language's token is forced first. A
+    multilingual checkpoint given no ``tgt_lang`` uses its ``forced_bos_token_id`` when its
+    generation settings have one; otherwise, an unknown code, or codes given to a family that
+    takes none, is a ``LanguageError`` naming them. ``options`` override any ``Translator``
+    argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
     loaded = load_pretrained(path)
     if loaded.kind != "translation":
         raise UnsupportedArchitectureError(f"{Path(path) / 'config.json'}: a {loaded.kind} "
                                            f"checkpoint, not a translation model")
     config = generation_config(path)
+    target = loaded.target_tokenizer
+    languages = getattr(target, "languages", ())
+    if tgt_lang is None and languages and config.forced_bos_id is not None:
+        tgt_lang = next((code for code in languages
+                         if target.language_id(code) == config.forced_bos_id), None)
+    source = loaded.tokenizer.for_languages(src_lang, tgt_lang)
+    target = target.for_languages(src_lang, tgt_lang)
     start = getattr(loaded.model.config, "decoder_start_id", None)
     if config.decoder_start_id is not None and config.decoder_start_id != start:
         warnings.warn(f"{Path(path)}: generation_config.json's decoder_start_token_id "
                       f"{config.decoder_start_id} differs from config.json's {start}; the "
                       f"Translator starts with {start}", UserWarning, stacklevel=2)
-    settings = {**translator_options(config, loaded.target_tokenizer.eos_id,
-                                     f"the Translator of {Path(path)}"),
-                "src_append_eos": False, **options}
-    return Translator(loaded.model, loaded.tokenizer, loaded.target_tokenizer,
-                      **settings), loaded.params
+    settings = translator_options(config, target.eos_id, f"the Translator of {Path(path)}")
+    forced = getattr(target, "forced_bos_id", None)
+    if forced is not None:
+        settings["forced_bos"] = forced
+    settings = {**settings, "src_append_eos": False, **options}
+    return Translator(loaded.model, source, target, **settings), loaded.params
 
 
 # -------------------------------------------------------------------------------- generation

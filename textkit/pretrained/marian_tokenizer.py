@@ -25,6 +25,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from textkit.pretrained.errors import LanguageError
+
 __all__ = ["MarianTokenizer"]
 
 
@@ -107,12 +109,12 @@ class MarianTokenizer:
         return copy
 
     def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> MarianTokenizer:
-        """This tokenizer when both codes are None; a ``ValueError`` naming them otherwise:
+        """This tokenizer when both codes are None; a ``LanguageError`` naming them otherwise:
         a Marian checkpoint is one language pair (a multilingual OPUS-MT model takes its
         target as a ``>>xx<<`` token at the start of each source text)."""
         given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
         if given:
-            raise ValueError(f"Marian checkpoints take no language codes (given {given}); a "
+            raise LanguageError(f"Marian checkpoints take no language codes (given {given}); a "
                              f"multilingual OPUS-MT model takes the target as a >>xx<< token "
                              f"at the start of each source text")
         return self

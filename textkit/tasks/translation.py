@@ -410,12 +410,15 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
 
 # ------------------------------------------------------------------------- pretrained models
 def init_from(path: str, precision: str = "float32",
-              overrides: str | Mapping[str, Any] = "") -> Any:
-    """A Marian / OPUS-MT checkpoint directory ready to fine-tune: a translation
-    ``Pretrained`` (``textkit.pretrained.load_pretrained``) with the
+              overrides: str | Mapping[str, Any] = "", src_lang_code: str | None = None,
+              tgt_lang_code: str | None = None) -> Any:
+    """An encoder-decoder checkpoint directory (Marian / OPUS-MT, BART, M2M100) ready to
+    fine-tune: a translation ``Pretrained`` (``textkit.pretrained.load_pretrained``) with the
     ``precision`` policy and config ``overrides`` (e.g. "dropout=0.1"); params as jax arrays.
-    The source tokenizer appends EOS (as the model was trained), the target one does not (the
-    loader adds it); decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
+    The tokenizers encode the languages ``src_lang_code`` / ``tgt_lang_code`` of a
+    multilingual checkpoint (refused by name for a family without codes); the source tokenizer
+    appends EOS (as the model was trained), the target one does not (the loader adds it);
+    decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
     fields = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
     try:
         pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)
@@ -424,8 +427,13 @@ def init_from(path: str, precision: str = "float32",
     if pretrained.kind != "translation":
         raise ConfigError(f"--init-from {path}: a {pretrained.kind} checkpoint, not a "
                           f"translation model")
+    try:
+        source = pretrained.tokenizer.for_languages(src_lang_code, tgt_lang_code)
+        target = pretrained.target_tokenizer.for_languages(src_lang_code, tgt_lang_code)
+    except ValueError as err:
+        raise ConfigError(f"--src-lang-code / --tgt-lang-code: {err}") from None
     return pretrained.replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params),
-                              target_tokenizer=pretrained.target_tokenizer.configured(
+                              tokenizer=source, target_tokenizer=target.configured(
                                   add_eos=False))
 
 
@@ -443,6 +451,12 @@ class TranslationConfig(TaskConfig):
         None, "fine-tune an encoder-decoder checkpoint directory (Marian / OPUS-MT, BART) "
         "with its own tokenizers (--model, --spm-* and --joint-spm are then unused)",
         group="model")
+    src_lang_code: str | None = flag(
+        None, "with --init-from a multilingual checkpoint: its source language code, in its "
+        "family's spelling (M2M100 'en'); --src-lang names the data files", group="model")
+    tgt_lang_code: str | None = flag(
+        None, "with --init-from a multilingual checkpoint: its target language code (forced "
+        "as the first output token); --tgt-lang names the data files", group="model")
     src_lang: str | None = flag(None, "source language: the suffix of the data files (default: "
                                 "the dataset's first); not a checkpoint's language code",
                                 group="data")
@@ -599,7 +613,8 @@ class TranslationTask(Task):
                      "sacreBLEU scores it as it is, without its detokenisation warning")
         if config.init_from:
             self.pretrained = init_from(config.init_from, config.precision,
-                                        config.model_overrides)
+                                        config.model_overrides, config.src_lang_code,
+                                        config.tgt_lang_code)
             self.src_tokenizer = self.pretrained.tokenizer
             self.tgt_tokenizer = self.pretrained.target_tokenizer
             return
@@ -680,7 +695,8 @@ class TranslationTask(Task):
             self._translators[id(model)] = Translator(
                 model, self.src_tokenizer, self.tgt_tokenizer, beam_size=config.beam_size,
                 alpha=config.alpha, batch_size=config.decode_batch_size,
-                max_source_length=config.max_length)
+                max_source_length=config.max_length,
+                forced_bos=getattr(self.tgt_tokenizer, "forced_bos_id", None))
         return self._translators[id(model)]
 
     def score(self, model: nn.Module, params: Params, data: Pairs) -> dict[str, Any]:
