@@ -35,7 +35,8 @@ from textkit.pretrained.errors import (
 )
 from textkit.pretrained.files import read_json_object
 
-__all__ = ["FAMILY", "LANGUAGE_CODES", "M2M100Tokenizer", "hf_config", "m2m100_config"]
+__all__ = ["FAMILY", "LANGUAGE_CODES", "LanguageTokenizer", "M2M100Tokenizer", "hf_config",
+           "m2m100_config"]
 
 LANGUAGE_CODES = {
     "m2m100": tuple(
@@ -52,47 +53,49 @@ POSITION_OFFSET = 2          # fairseq's padding_idx + 1
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class M2M100Tokenizer:
-    """One side of an M2M100 checkpoint's tokenizer (a ``seq2seq.Seq2SeqTokenizer``).
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class LanguageTokenizer:
+    """One side of a multilingual checkpoint's tokenizer (a ``seq2seq.Seq2SeqTokenizer``): the
+    language logic that M2M100's and NLLB's tokenizers share; a subclass gives the pieces.
 
-    ``vocab``: piece -> id (``vocab.json``); ``languages``: the language codes ("en", ...), the
-    token of code ``xx`` being ``__xx__`` at id ``len(vocab) + its index``; ``side``:
-    "source" or "target"; ``language``: the code every encoding starts with (None until
-    ``for_languages`` chooses one). ``decoder_start_id``: the decoder's first input (``</s>``);
-    ``bos_id`` is the same id (what the translation batches put first in every target);
-    ``forced_bos_id``: the target language's token (target side), which translation forces
-    first."""
+    ``languages``: the language codes; ``side``: "source" or "target"; ``language``: the code
+    every encoding carries (None until ``for_languages`` chooses one), as its first token
+    (``legacy=True``: NLLB's old template, after the final ``</s>``). ``decoder_start_id``: the
+    decoder's first input (``</s>``); ``bos_id`` is the same id (what the translation batches
+    put first in every target); ``forced_bos_id``: the target language's token (target side),
+    which translation forces first. ``where``: the directory read, for messages."""
 
-    spm_path: Path
-    vocab: Mapping[str, int]
+    where: Path
     languages: tuple[str, ...]
     decoder_start_id: int
     side: str = "source"
     language: str | None = None
     add_eos: bool = True
+    legacy: bool = False
 
-    def __post_init__(self) -> None:
-        missing = [token for token in SPECIALS if token not in self.vocab]
+    pad_id: int = dataclasses.field(init=False)
+    eos_id: int = dataclasses.field(init=False)
+    unk_id: int = dataclasses.field(init=False)
+
+    def _id(self, token: str) -> int | None:
+        """The id of a special or language token (None: absent)."""
+        raise NotImplementedError
+
+    def _pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of every text's pieces, no special token added."""
+        raise NotImplementedError
+
+    def _language_token(self, code: str) -> str:
+        return code
+
+    def _set_specials(self) -> None:
+        ids = {token: self._id(token) for token in ("<pad>", "</s>", "<unk>")}
+        missing = [token for token, i in ids.items() if i is None]
         if missing:
-            raise PretrainedError(f"{self.spm_path.parent / 'vocab.json'}: M2M100's special "
-                                  f"tokens {missing} are not in it")
-        processor = spm.SentencePieceProcessor(model_file=str(self.spm_path))
-        object.__setattr__(self, "_sp", processor)
-        pieces = {i: piece for piece, i in self.vocab.items()}
-        object.__setattr__(self, "_pieces", pieces)
-
-    @property
-    def pad_id(self) -> int:
-        return self.vocab["<pad>"]
-
-    @property
-    def eos_id(self) -> int:
-        return self.vocab["</s>"]
-
-    @property
-    def unk_id(self) -> int:
-        return self.vocab["<unk>"]
+            raise PretrainedError(f"{self.where}: the special tokens {missing} are not in the "
+                                  f"vocabulary")
+        for name, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("unk_id", "<unk>")):
+            object.__setattr__(self, name, ids[token])
 
     @property
     def bos_id(self) -> int:
@@ -101,12 +104,13 @@ class M2M100Tokenizer:
 
     def language_id(self, code: str) -> int:
         """The id of language ``code``'s token (``LanguageError`` naming the nearest codes)."""
-        if code not in self.languages:
+        index = self._id(self._language_token(code)) if code in self.languages else None
+        if index is None:
             near = difflib.get_close_matches(code, self.languages, n=5, cutoff=0.3)
-            raise LanguageError(f"{self.spm_path.parent}: no language code {code!r} (nearest: "
+            raise LanguageError(f"{self.where}: no language code {code!r} (nearest: "
                                 f"{', '.join(near) or 'none'}; {len(self.languages)} codes: "
                                 f"{', '.join(self.languages[:12])}, ...)")
-        return len(self.vocab) + self.languages.index(code)
+        return index
 
     @property
     def forced_bos_id(self) -> int | None:
@@ -116,54 +120,82 @@ class M2M100Tokenizer:
             return None
         return self.language_id(self.language)
 
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """``lang ... </s>`` ids of every text (``legacy``: ``... </s> lang``; without the
+        ``</s>`` when ``add_eos`` is False)."""
+        if self.language is None:
+            raise LanguageError(f"{self.where}: a multilingual tokenizer encodes for a "
+                                f"language: choose it with for_languages(src_lang, tgt_lang)")
+        code = [self.language_id(self.language)]
+        eos = [self.eos_id] if self.add_eos else []
+        if self.legacy:
+            return [ids + eos + code for ids in self._pieces(texts)]
+        return [code + ids + eos for ids in self._pieces(texts)]
+
+    def configured(self, *, add_eos: bool | None = None) -> LanguageTokenizer:
+        """A copy with ``add_eos`` changed (this tokenizer is left as it is)."""
+        return dataclasses.replace(self, add_eos=self.add_eos if add_eos is None else add_eos)
+
+    def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> LanguageTokenizer:
+        """A copy encoding in this side's language of the two (each checked: ``LanguageError``
+        naming an unknown code and the nearest ones, or a missing one)."""
+        code = src_lang if self.side == "source" else tgt_lang
+        if code is None:
+            flag = "src_lang" if self.side == "source" else "tgt_lang"
+            raise LanguageError(f"{self.where}: a multilingual checkpoint needs {flag} (one of "
+                                f"{len(self.languages)} codes: "
+                                f"{', '.join(self.languages[:12])}, ...)")
+        self.language_id(code)
+        return dataclasses.replace(self, language=code)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class M2M100Tokenizer(LanguageTokenizer):
+    """M2M100's tokenizer, as transformers' ``M2M100Tokenizer``: ``sentencepiece.bpe.model``
+    segments, ``vocab`` (``vocab.json``) maps pieces to ids (others are ``<unk>``), the token
+    of language ``xx`` is ``__xx__`` at id ``len(vocab)`` + the code's index."""
+
+    spm_path: Path
+    vocab: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        processor = spm.SentencePieceProcessor(model_file=str(self.spm_path))
+        object.__setattr__(self, "_sp", processor)
+        object.__setattr__(self, "_names", {i: piece for piece, i in self.vocab.items()})
+        self._set_specials()
+
+    def _language_token(self, code: str) -> str:
+        return f"__{code}__"
+
+    def _id(self, token: str) -> int | None:
+        if token.startswith("__") and token.endswith("__") and token[2:-2] in self.languages:
+            return len(self.vocab) + self.languages.index(token[2:-2])
+        return self.vocab.get(token)
+
     def __len__(self) -> int:
         return len(self.vocab) + len(self.languages)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """``__xx__ ... </s>`` ids of every text (``xx``: this side's language; without the
-        ``</s>`` when ``add_eos`` is False); pieces not in the vocabulary are ``<unk>``."""
-        if self.language is None:
-            raise LanguageError(f"{self.spm_path.parent}: an M2M100 tokenizer encodes for a "
-                                f"language: choose it with for_languages(src_lang, tgt_lang)")
-        head = [self.language_id(self.language)]
-        tail = [self.eos_id] if self.add_eos else []
-        return [head + [self.vocab.get(piece, self.unk_id)
-                        for piece in self._sp.encode(text, out_type=str)] + tail
-                for text in texts]
+    def _pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        return [[self.vocab.get(piece, self.unk_id)
+                 for piece in self._sp.encode(text, out_type=str)] for text in texts]
 
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Text of every id list; special and language tokens skipped."""
         specials = {self.vocab[token] for token in SPECIALS}
         texts = []
         for row in ids:
-            pieces = [self._pieces.get(int(i), "<unk>") for i in row
+            pieces = [self._names.get(int(i), "<unk>") for i in row
                       if int(i) not in specials and int(i) < len(self.vocab)]
             texts.append(self._sp.decode_pieces(pieces).strip() if pieces else "")
         return texts
-
-    def configured(self, *, add_eos: bool | None = None) -> M2M100Tokenizer:
-        """A copy with ``add_eos`` changed (this tokenizer is left as it is)."""
-        return dataclasses.replace(self, add_eos=self.add_eos if add_eos is None else add_eos)
-
-    def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> M2M100Tokenizer:
-        """A copy encoding in this side's language of the two (each checked: ``LanguageError``
-        naming an unknown code and the nearest ones, or a missing one)."""
-        code = src_lang if self.side == "source" else tgt_lang
-        if code is None:
-            flag = "src_lang" if self.side == "source" else "tgt_lang"
-            raise LanguageError(f"{self.spm_path.parent}: a multilingual M2M100 checkpoint needs "
-                                f"{flag} (one of {len(self.languages)} codes: "
-                                f"{', '.join(self.languages[:12])}, ...)")
-        self.language_id(code)
-        return dataclasses.replace(self, language=code)
 
 
 # ------------------------------------------------------------------------------------ config
@@ -246,9 +278,9 @@ def _languages(root: Path) -> tuple[str, ...]:
 def load_tokenizers(root: Path, config: TransformerConfig) -> tuple[M2M100Tokenizer,
                                                                      M2M100Tokenizer]:
     """(source, target) ``M2M100Tokenizer``s of ``root``, no language chosen yet."""
-    vocab = read_json_object(root / "vocab.json")
-    source = M2M100Tokenizer(root / "sentencepiece.bpe.model", vocab, _languages(root),
-                             config.decoder_start_id)
+    source = M2M100Tokenizer(where=root, spm_path=root / "sentencepiece.bpe.model",
+                             vocab=read_json_object(root / "vocab.json"),
+                             languages=_languages(root), decoder_start_id=config.decoder_start_id)
     return source, dataclasses.replace(source, side="target")
 
 
