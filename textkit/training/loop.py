@@ -514,7 +514,8 @@ def _evaluate_and_save(loop: _Loop, state: Any, *, epoch_end: bool) -> Any:
     loop.log(f"step {progress.step} (epoch {progress.epoch}): " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
         if k not in ("step", "epoch")))
-    _save(loop, state, {k: v for k, v in record.items() if isinstance(v, int | float)})
+    evaluated = {k: v for k, v in record.items() if isinstance(v, int | float)}
+    _save(loop, state, evaluated if loop.evaluate is not None else {})  # unranked: no scores
     loop.restart_clock()
     return state
 
