@@ -48,7 +48,8 @@ LONG = " ".join(["a"] * 300).encode()
     ([], b"ok\ncaf\xe9 au lait\n", "error: standard input, line 2: not UTF-8"),
     (["--prompt", "a", "--batch-size", "0"], None,
      "argument --batch-size: expected an integer >= 1, got '0'"),
-    (["--prompt", "a", "--precision", "fp16"], None, "argument --precision: invalid choice"),
+    (["--prompt", "a", "--precision", "fp16"], None,
+     "argument --precision: cannot parse precision policy 'fp16'"),
     (["--prompt", "a", "--sample", "--temperature", "0"], None,
      "argument --temperature: expected a number > 0, got '0'"),
     (["--prompt", "a", "--sample", "--num-beams", "2"], None, "--sample with --num-beams 2"),
@@ -168,3 +169,59 @@ def test_causal_lm_without_valid_or_test_file_finishes_exports_and_summarises(tm
     assert summary["steps"] == 3 and summary["best_step"] is None
     assert (Path(summary["export"]) / "config.json").is_file()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 3
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--precision", "fp16"], "--precision: cannot parse precision policy 'fp16'"),
+    (["--train-file", "train.tsv"], "--train-file needs --valid-file too"),
+], ids=["precision", "train-file-alone"])
+def test_a_recipe_refuses_a_bad_setting_before_writing_anything(tmp_path, capsys, argv, says):
+    classify = subprocesses.load_script(ROOT / "examples" / "finetune" / "classify.py",
+                                        "classify_bad_settings")
+    with pytest.raises(SystemExit) as exit_:
+        classify.main(["--dataset", "toy", "--max-steps", "1", "--save-dir",
+                       str(tmp_path / "run"), *argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and says in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_pretraining_without_valid_file_finishes_exports_and_summarises(tmp_path):
+    pretrain = subprocesses.load_script(ROOT / "examples" / "pretrain" / "train.py",
+                                        "pretrain_optional_flags")
+    text = tmp_path / "train.txt"
+    words = "the a big small horse dog sang ran under over today now".split()
+    rng = np.random.default_rng(0)
+    text.write_text("\n\n".join("\n".join(" ".join(rng.choice(words, 5)) for _ in range(6))
+                                for _ in range(30)) + "\n", encoding="utf-8")
+    summary = pretrain.main([
+        "--train-file", str(text), "--model", "bert_tiny", "--model-overrides",
+        "hidden_size=16,num_layers=1,num_heads=2,intermediate_size=32", "--vocab-size", "80",
+        "--max-length", "32", "--batch-size", "4", "--max-steps", "2", "--save-dir",
+        str(tmp_path / "run"), "--no-tensorboard", "--no-progress"])
+    assert summary["steps"] == 2 and (Path(summary["export"]) / "config.json").is_file()
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+@pytest.mark.slow
+def test_nmt_run_stopped_after_its_final_parameters_resumes_to_the_end(tmp_path):
+    """The issue's reproduction: a finished run's ``final/`` (step 4) copied over a run
+    stopped two steps short (before its summary), then ``--resume``: the run ends, writes
+    ``final/`` again and summarises (was: "Orbax refused to save step 4 in .../final")."""
+    import shutil
+
+    from test_nmt_recipe import FAST
+
+    train = subprocesses.load_script(ROOT / "examples" / "nmt" / "train.py", "nmt_final_resume")
+    common = [*FAST, "--no-tensorboard", "--no-progress"]
+    train.main([*common, "--max-steps", "4", "--save-dir", str(tmp_path / "whole")])
+    train.main([*common, "--max-steps", "2", "--save-dir", str(tmp_path / "cut")])
+    (tmp_path / "cut" / "summary.json").unlink()
+    shutil.rmtree(tmp_path / "cut" / "final")
+    shutil.copytree(tmp_path / "whole" / "final", tmp_path / "cut" / "final")
+    summary = train.main([*common, "--max-steps", "4", "--resume", "--save-dir",
+                          str(tmp_path / "cut")])
+    assert summary["steps"] == 4 and (tmp_path / "cut" / "summary.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "cut" / "final").iterdir()) == ["4"]
+    assert not (tmp_path / "cut" / ".final.partial").exists()

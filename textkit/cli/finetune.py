@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     task, description = RECIPES[args.recipe]
     run_main(lambda: finetune(get_task(task), args.flags, description,
-                              prog=f"textkit-finetune {args.recipe}"))
+                              prog=f"textkit-finetune {args.recipe}"),
+             resumable="--predict" not in args.flags)
     return 0
 
 

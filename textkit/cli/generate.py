@@ -33,10 +33,18 @@ from textkit.errors import ConfigError, TextkitError
 
 __all__ = ["main", "one_line", "parse_args", "run"]
 
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
-"""The precision policies ``--precision`` takes (``textkit.precision.Policy`` short names)."""
-
 _POSITIVE = number(int, "an integer >= 1", lambda v: v >= 1)
+
+
+def _policy(text: str) -> str:
+    """``--precision``'s value, refused as a usage error unless ``Policy.parse`` reads it."""
+    from textkit.precision import Policy
+
+    try:
+        Policy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -65,8 +73,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=_POSITIVE, default=8, help="prompts decoded together")
     p.add_argument("--chat", action="store_true", help="apply the checkpoint's chat template")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per prompt")
-    p.add_argument("--precision", default="float32", choices=PRECISIONS,
-                   help="the precision policy of the computation")
+    p.add_argument("--precision", default="float32", type=_policy,
+                   help="precision policy: float32, mixed_bfloat16, mixed_float16 or "
+                        "'params=...,compute=...,output=...'")
     p.add_argument("--truncate", action="store_true", help="cut prompts too long for the "
                    "model from the left (with a warning) instead of refusing them")
     args = p.parse_args(argv)

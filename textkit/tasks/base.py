@@ -40,6 +40,7 @@ from textkit.data import get_dataset_info, list_datasets
 from textkit.errors import ConfigError
 from textkit.models import parse_overrides
 from textkit.parallel import LaunchConfig
+from textkit.precision import Policy
 from textkit.settings import flag
 from textkit.training import make_train_step
 from textkit.training.loop import FitConfig
@@ -85,6 +86,13 @@ class TaskConfig:
                              "metrics.jsonl and curves.png", group="output")
     fit: FitConfig = FitConfig(epochs=1)
     launch: LaunchConfig = LaunchConfig()
+
+    def __post_init__(self) -> None:
+        """Refuse a ``--precision`` that is not a policy, before any file is written."""
+        try:
+            Policy.parse(self.precision)
+        except ValueError as err:
+            raise ConfigError(f"--precision: {err}") from None
 
     tiny: ClassVar[Mapping[str, Any]] = {}
     """Settings for a run of seconds on the generated toy data (smaller corpus, batches and

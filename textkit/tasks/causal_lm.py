@@ -104,6 +104,7 @@ class CausalLMConfig(TaskConfig):
                         group="output")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.documents not in DOCUMENT_LAYOUTS:
             raise ConfigError(f"--documents {self.documents!r}: expected one of "
                               f"{DOCUMENT_LAYOUTS}")
