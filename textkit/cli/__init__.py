@@ -15,17 +15,20 @@ a finished one: ``CheckpointManager`` verifies every step it restores); for a co
 writes its output as it goes (generate, translate) it says that what was written is kept.
 Standard output closed by its reader (``| head``) ends the command quietly, with status 141
 (128 + SIGPIPE, as a shell reports a command the pipe stopped), the lines written before kept.
+A stop and a closed pipe end the process at once (``os._exit``, the output flushed): the
+interpreter's teardown under XLA's threads, still compiling or computing, can crash it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from textkit.cli.flags import parse_config, parser_for
 from textkit.errors import TextkitError
@@ -58,12 +61,24 @@ def _close_stdout() -> None:
     os.close(devnull)
 
 
+def _exit_now(status: int) -> NoReturn:
+    """Exit with ``status`` at once, standard output and error flushed. A stop comes at any
+    point, also while XLA compiles or computes on its own threads, and the interpreter's
+    teardown under them can crash (a segmentation fault instead of the status); what they do
+    is abandoned, as a kill would abandon it (a checkpoint cut short is never taken for a
+    finished one: ``CheckpointManager`` verifies every step it restores)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
 def run_main(main: Callable[[], Any], *, resumable: bool = True) -> None:
     """Call ``main()``; a ``TextkitError``, or an ``OSError`` of ``STORAGE_ERRORS``, exits with
-    status 2 after printing its message; SIGTERM and SIGINT exit with 128 + their number after
-    one line; a closed standard output exits quietly with 141 (module docstring).
-    ``resumable``: a training run (its messages point at ``--resume``), not a command whose
-    output is its result."""
+    status 2 after printing its message; SIGTERM and SIGINT exit the process with 128 + their
+    number after one line; a closed standard output exits it quietly with 141 (module
+    docstring). ``resumable``: a training run (its messages point at ``--resume``), not a
+    command whose output is its result."""
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stop) if main_thread else None
     kept = ("the checkpoints saved before it are intact: --resume continues from the last one"
@@ -75,7 +90,7 @@ def run_main(main: Callable[[], Any], *, resumable: bool = True) -> None:
         sys.exit(2)
     except BrokenPipeError:
         _close_stdout()
-        sys.exit(128 + signal.SIGPIPE)
+        _exit_now(128 + signal.SIGPIPE)
     except OSError as err:
         if err.errno not in STORAGE_ERRORS:
             raise
@@ -86,7 +101,7 @@ def run_main(main: Callable[[], Any], *, resumable: bool = True) -> None:
     except (Stopped, KeyboardInterrupt) as err:
         signum = err.signum if isinstance(err, Stopped) else int(signal.SIGINT)
         print(f"stopped by {signal.Signals(signum).name}: {kept}", file=sys.stderr)
-        sys.exit(128 + signum)
+        _exit_now(128 + signum)
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)

@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from textkit.cli import run_main
@@ -149,6 +150,9 @@ def run(args: argparse.Namespace, out: Any = None) -> list[dict[str, Any]]:
     """Generate for every prompt, written to ``out`` (default: standard output); returns the
     results (text, token_ids) in input order."""
     out = out if out is not None else sys.stdout
+    if not Path(args.pretrained).is_dir():
+        raise ConfigError(f"--pretrained {args.pretrained}: no such directory (expected a "
+                          "Hugging Face checkpoint directory)")
     prompts, where = _prompts(args)          # before the model: bad input is refused at once
     from textkit.decoding import Generator
     from textkit.pretrained import load_pretrained

@@ -107,7 +107,10 @@ def checkpoint_translator(args: argparse.Namespace,
                           ) -> tuple[Translator, object, str, bool]:
     """(translator, params, description, pretokenized) of a training run's directory
     (pretokenized: it trained on the toy corpus, tokenised by design)."""
-    run = translation.load_trained(args.checkpoint)
+    try:
+        run = translation.load_trained(args.checkpoint)
+    except FileNotFoundError as err:      # not a run directory, or a run that did not finish
+        raise ConfigError(f"--checkpoint {args.checkpoint}: {err}") from None
     config = run.config
     translator = Translator(
         run.model, run.src_tokenizer, run.tgt_tokenizer,
@@ -126,6 +129,11 @@ def translate(argv: Sequence[str] | None = None) -> None:
     for name, path in (("--input", args.input), ("--reference", args.reference)):
         if path not in (None, "-") and not Path(path).is_file():
             raise ConfigError(f"{name} {path}: no such file")
+    for name, path in (("--checkpoint", args.checkpoint), ("--pretrained", args.pretrained)):
+        if path is not None and not Path(path).is_dir():
+            raise ConfigError(f"{name} {path}: no such directory")
+    if args.output != "-" and not Path(args.output).resolve().parent.is_dir():
+        raise ConfigError(f"--output {args.output}: its folder does not exist")
     sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
     references = None
     if args.reference is not None:
