@@ -174,14 +174,21 @@ def test_causal_lm_without_valid_or_test_file_finishes_exports_and_summarises(tm
 @pytest.mark.parametrize("argv, says", [
     (["--precision", "fp16"], "--precision: cannot parse precision policy 'fp16'"),
     (["--train-file", "train.tsv"], "--train-file needs --valid-file too"),
-], ids=["precision", "train-file-alone"])
+    (["--train-file", "{tmp}/no.tsv", "--valid-file", "{tmp}/no.tsv"],
+     "--train-file {tmp}/no.tsv: no such file"),
+    (["--pretrained", "{tmp}/no"], "--pretrained {tmp}/no: no such directory"),
+    (["--eval-every", "-1"], "--eval-every must be >= 0"),
+    (["--time-budget-min", "0"], "--time-budget-min must be > 0"),
+], ids=["precision", "train-file-alone", "missing-file", "missing-checkpoint", "eval-every",
+        "time-budget"])
 def test_a_recipe_refuses_a_bad_setting_before_writing_anything(tmp_path, capsys, argv, says):
     classify = subprocesses.load_script(ROOT / "examples" / "finetune" / "classify.py",
                                         "classify_bad_settings")
     with pytest.raises(SystemExit) as exit_:
         classify.main(["--dataset", "toy", "--max-steps", "1", "--save-dir",
-                       str(tmp_path / "run"), *argv])
+                       str(tmp_path / "run"), *(a.format(tmp=tmp_path) for a in argv)])
     lines = capsys.readouterr().err.strip().splitlines()
+    says = says.format(tmp=tmp_path)
     assert exit_.value.code == 2 and len(lines) == 1 and says in lines[0], lines
     assert not (tmp_path / "run").exists()
 

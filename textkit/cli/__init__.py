@@ -54,8 +54,8 @@ def _stop(signum: int, frame: Any) -> None:
 
 
 def _close_stdout() -> None:
-    """Point standard output at ``os.devnull``, so that the interpreter's last flush of what
-    is left in its buffer does not fail again on the closed pipe."""
+    """Point standard output at ``os.devnull``, so that the flush of what is left in its
+    buffer before the exit does not fail again on the closed pipe."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

@@ -146,10 +146,14 @@ def parse_config(config_cls: type[Config], argv: Sequence[str] | None = None,
                  description: str = "", *, defaults: Config | None = None,
                  prog: str | None = None) -> Config:
     """Parse ``argv`` (default ``sys.argv[1:]``) into a frozen ``config_cls``; a value the
-    config refuses (its ``__post_init__`` raising ``ValueError``) is a usage error."""
+    config refuses (its ``__post_init__``, or its ``check_inputs()`` where it has one: the
+    files and folders a command line names, raising ``ValueError``) is a usage error."""
     parser = parser_for(config_cls, description, defaults=defaults, prog=prog)
     values = vars(parser.parse_args(argv))
     try:
-        return _build(config_cls, values, defaults)
+        config = _build(config_cls, values, defaults)
+        if hasattr(config, "check_inputs"):
+            config.check_inputs()
+        return config
     except ValueError as err:
         parser.error(str(err))

@@ -94,6 +94,23 @@ class TaskConfig:
         except ValueError as err:
             raise ConfigError(f"--precision: {err}") from None
 
+    def check_inputs(self) -> None:
+        """Refuse an input that is not there (``ConfigError`` naming its flag): a file of
+        ``--train-file``, ``--valid-file``, ``--test-file``, ``--predict`` or
+        ``--embedding-path``, the directory of ``--init-from`` or ``--pretrained``.
+        ``parse_config`` calls it for a command line, before the run directory is made; a
+        config built in code is not checked."""
+        for name in ("train_file", "valid_file", "test_file", "predict", "embedding_path"):
+            value = getattr(self, name, None)
+            for path in [value] if isinstance(value, str) else value or ():
+                if not os.path.isfile(path):
+                    raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file")
+        for name in ("init_from", "pretrained"):
+            path = getattr(self, name, None)
+            if path and not os.path.isdir(path):
+                raise ConfigError(f"--{name.replace('_', '-')} {path}: no such directory "
+                                  "(expected a checkpoint directory)")
+
     tiny: ClassVar[Mapping[str, Any]] = {}
     """Settings for a run of seconds on the generated toy data (smaller corpus, batches and
     decoding), beside a model's ``ModelConfig.tiny``: for conformance tests and smoke runs."""

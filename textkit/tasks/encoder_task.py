@@ -237,6 +237,13 @@ class EncoderTaskConfig(TaskConfig):
             raise ConfigError(f"--accum-steps {self.accum_steps}: expected >= 1")
 
 
+    def check_inputs(self) -> None:
+        """``TaskConfig.check_inputs``; a ``--predict`` run checks its export and its input in
+        ``cli.finetune.predict`` instead (the message says what a finished run exports)."""
+        if not self.predict:
+            super().check_inputs()
+
+
 class EncoderTask(Task):
     """An encoder fine-tuning task (module docstring); subclasses give the head, the examples,
     their encoding, the loss and the evaluation."""
