@@ -79,8 +79,8 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
                           results={**scores, "best_step": manager.best_step(),
                                    "export": export})
     shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if k.endswith("ppl"))
-    run.log(f"causal_lm on {task.data_name} from {source}: {summary['steps']} steps, {shown}; "
-            f"{summary['wall_s']:.0f}s -> {run.root}")
+    run.log(f"causal_lm on {task.data_name} from {source}: {summary['steps']} steps"
+            f"{', ' + shown if shown else ''}; {summary['wall_s']:.0f}s -> {run.root}")
     return summary
 
 
