@@ -24,7 +24,8 @@ With --reference, cased and lowercased sacreBLEU scores and signatures go to std
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
 the line. Bad input ends the command with one line naming the flag, or the file and line, and
-exit status 2; Ctrl-C and a closed pipe end it as ``textkit.cli.run_main`` says.
+exit status 2; Ctrl-C and a closed pipe end it as ``textkit.cli.run_main`` says (JAX and the
+models are imported under it, in the functions).
 """
 
 from __future__ import annotations
@@ -34,24 +35,25 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textkit._io import write_text_atomic
 from textkit.cli import run_main
 from textkit.cli.flags import HelpFormatter, Parser, number
 from textkit.cli.stdin import read_stdin_lines
 from textkit.data.datasets import read_lines
-from textkit.decoding import Translator
-from textkit.decoding.translator import LONG_SOURCE_POLICIES
 from textkit.errors import ConfigError, DataFileError, TextkitError
-from textkit.pretrained import PretrainedError, load_translator
-from textkit.tasks import translation
+
+if TYPE_CHECKING:     # JAX and the models are imported in the functions, under run_main
+    from textkit.decoding import Translator
 
 _POSITIVE = number(int, "an integer >= 1", lambda v: v >= 1)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = Parser(description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
+    from textkit.decoding.translator import LONG_SOURCE_POLICIES
+
+    p = Parser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
     model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
                        "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
@@ -90,6 +92,8 @@ def pretrained_translator(args: argparse.Namespace,
                           ) -> tuple[Translator, object, str, bool]:
     """(translator, params, description, pretokenized) of a --pretrained checkpoint directory;
     the flags given override its generation defaults."""
+    from textkit.pretrained import PretrainedError, load_translator
+
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
@@ -107,6 +111,9 @@ def checkpoint_translator(args: argparse.Namespace,
                           ) -> tuple[Translator, object, str, bool]:
     """(translator, params, description, pretokenized) of a training run's directory
     (pretokenized: it trained on the toy corpus, tokenised by design)."""
+    from textkit.decoding import Translator
+    from textkit.tasks import translation
+
     try:
         run = translation.load_trained(args.checkpoint)
     except FileNotFoundError as err:      # not a run directory, or a run that did not finish
@@ -159,6 +166,8 @@ def translate(argv: Sequence[str] | None = None) -> None:
     else:
         write_text_atomic(args.output, text)
     if references is not None:
+        from textkit.tasks import translation
+
         scores = translation.bleu_scores(translations, references, pretokenized=pretokenized)
         print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
         print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
