@@ -13,6 +13,7 @@ import time
 from tqdm import tqdm
 
 from textkit.batchify import Seq2SeqBatchify
+from textkit.cli import run_main
 from textkit.data import DataLoader, FixedBucketSampler, toy_translation
 from textkit.data.tokenizers import WhitespaceTokenizer
 from textkit.vocab import Vocab
@@ -55,4 +56,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, resumable=False)

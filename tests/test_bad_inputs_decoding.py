@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -266,24 +267,36 @@ def translate_script():
 
 
 def test_translate_script_refuses_bad_input_naming_line_and_file(run_dir, translate_script,
-                                                                 monkeypatch, tmp_path):
+                                                                 monkeypatch, tmp_path, capsys):
+    def refused(argv):
+        """The one line (exit status 2) that the command ends with for ``argv``."""
+        with pytest.raises(SystemExit) as exit_:
+            translate_script.main(argv)
+        assert exit_.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1, lines
+        return lines[0]
+
     data = b"one line\nthe red friend\n" + b"caf\xe9 au lait\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-    with pytest.raises(ValueError, match=r"<stdin>, line 3: invalid utf-8"):
-        translate_script.main(["--checkpoint", str(run_dir)])
+    assert refused(["--checkpoint", str(run_dir)]).startswith(
+        "error: standard input, line 3: not UTF-8")
     source = tmp_path / "in.txt"
     source.write_bytes(data)
-    with pytest.raises(ValueError, match=r"in.txt, line 3: invalid utf-8"):
-        translate_script.main(["--checkpoint", str(run_dir), "--input", str(source)])
+    assert re.search(r"in.txt, line 3: invalid utf-8",
+                     refused(["--checkpoint", str(run_dir), "--input", str(source)]))
     source.write_text("\n".join([*NORMAL, LONG]) + "\n")
-    with pytest.raises(ValueError, match="line 6: the source has"):
-        translate_script.main(["--checkpoint", str(run_dir), "--input", str(source),
-                               "--on-long-source", "error"])
+    assert f"--input {source}, line 6: the source has" in refused(
+        ["--checkpoint", str(run_dir), "--input", str(source), "--on-long-source", "error"])
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     (damaged / "config.json").write_text((run_dir / "config.json").read_text()[:25])
-    with pytest.raises(ValueError, match=r"damaged/config.json is not valid JSON"):
-        translate_script.main(["--checkpoint", str(damaged), "--input", str(source)])
+    assert "damaged/config.json is not valid JSON" in refused(
+        ["--checkpoint", str(damaged), "--input", str(source)])
+    assert refused(["--checkpoint", str(run_dir), "--input", str(tmp_path / "missing.txt")]) \
+        == f"error: --input {tmp_path / 'missing.txt'}: no such file"
+    assert "argument --batch-size: expected an integer >= 1, got '0'" in refused(
+        ["--checkpoint", str(run_dir), "--batch-size", "0"])
 
 
 # ------------------------------------------------------------------------------ sample.py

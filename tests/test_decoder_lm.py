@@ -251,8 +251,9 @@ def test_generate_recipe_prints_jsonl_in_input_order(capsys):
     want = generator.generate(loaded("mistral").params, prompts)
     assert [r["token_ids"] for r in rows] == [w.token_ids for w in want]
     assert [r["text"] for r in rows] == [tokenizer.decode(w.token_ids) for w in want]
-    assert main(["--pretrained", str(FIXTURES / "mistral"), "--chat", "--prompt", "x"]) == 2
-    assert "no chat_template" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--pretrained", str(FIXTURES / "mistral"), "--chat", "--prompt", "x"])
+    assert exit_.value.code == 2 and "no chat_template" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -1,9 +1,11 @@
-"""The docs site: an API page per public package, repository links mapped to pages, CI builds it."""
+"""The docs site: an API page per public package, repository links mapped to pages, CI builds it
+and fails on any warning (a page with a broken anchor fails CI's own command line)."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -61,11 +63,58 @@ def test_docs_extra_and_ci_step():
     assert "site/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
 
 
+def ci_docs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
+    """CI's step 4 (the ``mkdocs build`` line of ``.ci/run``, its flags as written there) on
+    ``config``, into ``site``."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    line = re.search(r"^NO_MKDOCS_2_WARNING=1 \.venv/bin/mkdocs (build .*) --site-dir ", script,
+                     re.MULTILINE)
+    assert line, "no mkdocs build line in .ci/run"
+    return subprocess.run([sys.executable, "-m", "mkdocs", *shlex.split(line.group(1)),
+                           "--config-file", str(config), "--site-dir", str(site)],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_ci_docs_step_fails_on_a_broken_anchor(tmp_path):
+    """The project's mkdocs.yml (strict, its validation settings) on two pages: CI's command
+    passes with a good anchor and fails on a broken one (``--quiet`` would pass it)."""
+    pytest.importorskip("material", reason='no docs extra (pip install -e ".[docs]")')
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: docs\nhooks: []\nplugins: [search]\n"
+        "nav: [index.md, other.md]\n", encoding="utf-8")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\n## A heading\n", encoding="utf-8")
+    for anchor, fails in (("a-heading", False), ("no-such-heading", True)):
+        (tmp_path / "docs" / "index.md").write_text(f"# Home\n\n[there](other.md#{anchor})\n",
+                                                    encoding="utf-8")
+        build = ci_docs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
+        assert (build.returncode != 0) == fails, build.stderr[-3000:]
+    assert "does not contain an anchor '#no-such-heading'" in build.stderr
+
+
+def test_docs_name_the_generation_surface():
+    """``--chat``, ``LMTokenizer.apply_chat_template``, ``beam_search`` and every ``kind``
+    that ``load_pretrained`` returns are in the guide and on the API pages."""
+    guide = (ROOT / "docs" / "language_models.md").read_text(encoding="utf-8")
+    for word in ("--chat", "apply_chat_template", "LMTokenizer", "beam_search", '"causal_lm"',
+                 '"encoder"', '"sentence_encoder"', '"translation"'):
+        assert word in guide, word
+    assert "::: textkit.decoding.beam_search.beam_search\n" in (
+        ROOT / "docs" / "api" / "decoding.md").read_text(encoding="utf-8")
+    assert "::: textkit.pretrained.lm_tokenizer.LMTokenizer\n" in (
+        ROOT / "docs" / "api" / "pretrained.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocstrings", reason='no docs extra (pip install -e ".[docs]")')
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                            "--site-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    build = ci_docs_build(ROOT / "mkdocs.yml", tmp_path)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (tmp_path / "api" / "training" / "index.html").is_file()
+    decoding = (tmp_path / "api" / "decoding" / "index.html").read_text(encoding="utf-8")
+    assert 'id="textkit.decoding.beam_search.beam_search"' in decoding
+    pretrained = (tmp_path / "api" / "pretrained" / "index.html").read_text(encoding="utf-8")
+    assert 'id="textkit.pretrained.lm_tokenizer.LMTokenizer.apply_chat_template"' in pretrained
+    for kind in ("causal_lm", "encoder", "sentence_encoder", "translation"):
+        assert f"&quot;{kind}&quot;" in pretrained or f'"{kind}"' in pretrained, kind

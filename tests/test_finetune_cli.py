@@ -134,8 +134,8 @@ def test_a_training_file_run_is_filed_and_labelled_after_its_file():
     from textkit.cli.flags import parse_config
     from textkit.tasks import get_task
 
-    config = parse_config(SequenceClassificationTask.config_class, [
-        "--train-file", "data/reviews.csv", "--valid-file", "data/dev.csv"])
+    config = SequenceClassificationTask.config_class(train_file="data/reviews.csv",
+                                                     valid_file="data/dev.csv")
     assert config.data_name == "reviews.csv" and config.runs_folder == "runs/classify_reviews.csv"
     assert parse_config(SequenceClassificationTask.config_class, []).runs_folder == (
         "runs/classify_toy")

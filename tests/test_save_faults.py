@@ -186,26 +186,38 @@ def test_a_read_only_directory_during_a_save_is_named(tmp_path, monkeypatch):
     manager.close()
 
 
+STOPPED = """
+import os, signal, sys
+from textkit.cli import run_main
+
+def main():
+    print("written before", end="\\n")           # buffered: the stop must flush it
+    if sys.argv[1] == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+    raise KeyboardInterrupt
+
+run_main(main, resumable=sys.argv[2] == "resumable")
+"""
+
+
 @pytest.mark.parametrize("stop, status", [("sigterm", 143), ("ctrl_c", 130)])
-def test_run_main_ends_a_stop_signal_with_one_line(capsys, stop, status):
-    import os
-    import signal
+@pytest.mark.parametrize("resumable", ["resumable", "output"])
+def test_run_main_ends_a_stop_signal_with_one_line(stop, status, resumable):
+    """The process ends at once (the output flushed), with 128 + the signal's number and one
+    line saying what is kept: the checkpoints (a training run) or the output (a command)."""
+    import subprocess
+    import sys
 
-    from textkit.cli import run_main
+    from subprocesses import cpu_env
 
-    def main():
-        if stop == "sigterm":
-            os.kill(os.getpid(), signal.SIGTERM)
-        raise KeyboardInterrupt
-
-    handler = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as exit_:
-        run_main(main)
-    assert exit_.value.code == status
+    done = subprocess.run([sys.executable, "-c", STOPPED, stop, resumable], capture_output=True,
+                          text=True, env=cpu_env(1), timeout=120)
+    assert done.returncode == status, done.stderr[-3000:]
     name = "SIGTERM" if stop == "sigterm" else "SIGINT"
-    assert capsys.readouterr().err == (f"stopped by {name}: the checkpoints saved before it are "
-                                       "intact: --resume continues from the last one\n")
-    assert signal.getsignal(signal.SIGTERM) is handler            # put back
+    kept = ("the checkpoints saved before it are intact: --resume continues from the last one"
+            if resumable == "resumable" else "the output written before it is kept")
+    assert done.stderr == f"stopped by {name}: {kept}\n"
+    assert done.stdout == "written before\n"
 
 
 @pytest.mark.slow

@@ -104,7 +104,8 @@ def test_config_records_data_paths_absolute(name, tmp_path, monkeypatch):
     config_cls = get_task(name).config_class
     fields = {f.name for f in dataclasses.fields(config_cls)}
     given = {"data_dir": "data", **({"train_file": "data/train.txt"}
-                                    if "train_file" in fields else {})}
+                                    if "train_file" in fields else {}),
+             **({"valid_file": "data/valid.txt"} if "valid_file" in fields else {})}
     record = config_cls(**given).record()
     assert {k: record[k] for k in given} == {k: str(tmp_path / v) for k, v in given.items()}
     assert record["save_dir"] is None and config_cls(**given).data_dir == "data"

@@ -21,8 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textkit.cli.flags import HelpFormatter
+from textkit.cli import run_main
+from textkit.cli.flags import HelpFormatter, Parser
 from textkit.decoding import ExcludeTokensStep, model_step_fn, prefill, sample
+from textkit.errors import ConfigError
 from textkit.models import max_positions
 from textkit.tasks import language_model as lm
 from textkit.training import RunDir, find_run
@@ -30,7 +32,7 @@ from textkit.vocab import Vocab
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    p = Parser(description=__doc__.splitlines()[0],
                                 formatter_class=HelpFormatter)
     model = p.add_argument_group("model")
     model.add_argument("--checkpoint", required=True, help="a train.py run directory, or its "
@@ -62,15 +64,15 @@ def prompt_ids(vocab: Vocab, model, words: list[str], length: int) -> list[int]:
     prompt + ``length`` generated tokens within its positions (the prompt's last tokens are
     kept, with a warning, when it does not fit; a ``length`` that never fits is an error)."""
     if length < 1:
-        raise ValueError(f"--length must be >= 1; got {length}")
+        raise ConfigError(f"--length must be >= 1; got {length}")
     ids = [vocab.eos_id, *vocab.to_ids(words)]
     size = model.config.input_vocab_size
     if size is not None and len(vocab) > size:
-        raise ValueError(f"the vocabulary has {len(vocab)} tokens but the model accepts ids "
+        raise ConfigError(f"the vocabulary has {len(vocab)} tokens but the model accepts ids "
                          f"< {size}: vocab.json and the checkpoint do not belong together")
     limit = max_positions(model)
     if limit is not None and length + 1 > limit:
-        raise ValueError(f"--length {length} plus one prompt token exceeds the model's "
+        raise ConfigError(f"--length {length} plus one prompt token exceeds the model's "
                          f"{limit} positions (max_len); use --length <= {limit - 1}")
     if limit is not None and len(ids) + length > limit:
         keep = limit - length
@@ -119,4 +121,4 @@ def main(argv: list[str] | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, resumable=False)

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+from textkit.cli import run_main
 from textkit.cli.flags import HelpFormatter
 from textkit.embedding import (
     TokenEmbedding,
@@ -87,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, resumable=False)

@@ -1,7 +1,8 @@
 """The causal-LM recipe (``examples/language_model/train.py --init-from DIR``): fine-tune a
 decoder-only checkpoint (or train a ``causal_lm`` preset) on packed raw-text documents with
-``training.fit``, keep the best checkpoint by validation perplexity, score the test text, and
-export the result with ``save_pretrained`` to ``<run>/export`` (transformers loads it).
+``training.fit``, keep the best checkpoint by validation perplexity (without ``--valid-file``:
+the last step), score the test text (where ``--test-file`` is given), and export the result
+with ``save_pretrained`` to ``<run>/export`` (transformers loads it).
 
 Checkpoints, ``--resume``, ``--max-steps`` / ``--epochs`` / ``--time-budget-min`` (the warm-up
 and decay fit the budget), ``--precision`` and several devices work as in the other recipes;
@@ -52,17 +53,19 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{len(loader)} batches of {config.batch_size} x {config.max_length} tokens")
     train_step = task.make_train_step(model, optimizer,
                                       **parallel.train_step_shardings(mesh, state))
-    manager = run.checkpoint_manager(max_to_keep=1, best_metric="valid_ppl", best_mode="min")
+    validated = "valid" in data     # without --valid-file: the last step, nothing ranked
+    manager = run.checkpoint_manager(max_to_keep=1, best_metric="valid_ppl" if validated
+                                     else None, best_mode="min")
     result = fit(state, train_step, loader, config.fit, checkpoints=manager,
                  evaluate=(lambda state: {"valid_ppl": task.evaluate(
-                     model, state.params, data["valid"])["ppl"]}) if "valid" in data else None,
+                     model, state.params, data["valid"])["ppl"]}) if validated else None,
                  place=lambda state: parallel.replicate(state, mesh),
                  to_device=lambda batch: parallel.global_batch(batch, mesh),
                  count_tokens=task.count_tokens, log=run.log, learning_rate=learning_rate,
                  writers=run_writers(run.root, tensorboard=config.tensorboard,
                                      main_process=run.main_process),
                  desc=f"causal_lm {task.data_name}")
-    if "valid" in data:
+    if validated:
         best, _ = manager.restore("best", result.state)
         params = best.params
     else:
@@ -76,8 +79,8 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
                           results={**scores, "best_step": manager.best_step(),
                                    "export": export})
     shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items() if k.endswith("ppl"))
-    run.log(f"causal_lm on {task.data_name} from {source}: {summary['steps']} steps, {shown}; "
-            f"{summary['wall_s']:.0f}s -> {run.root}")
+    run.log(f"causal_lm on {task.data_name} from {source}: {summary['steps']} steps"
+            f"{', ' + shown if shown else ''}; {summary['wall_s']:.0f}s -> {run.root}")
     return summary
 
 

@@ -29,7 +29,7 @@ import jax
 from textkit import parallel
 from textkit._io import write_text_atomic
 from textkit.cli import run_main
-from textkit.cli.flags import parse_config
+from textkit.cli.flags import Parser, parse_config
 from textkit.errors import ConfigError
 from textkit.tasks import get_task
 from textkit.tasks.encoder_task import EncoderTask, bucket_padding
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``textkit-finetune RECIPE [flags]``: ``finetune`` with the task of ``RECIPES[RECIPE]``
     (``textkit-finetune classify --help`` lists its flags); a ``TextkitError`` exits with
     status 2 and its message."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="textkit-finetune", description="Fine-tune an encoder and export it: "
         + "; ".join(f"{name}: {task}" for name, (task, _) in RECIPES.items()) + ".")
     parser.add_argument("recipe", choices=RECIPES)
@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     task, description = RECIPES[args.recipe]
     run_main(lambda: finetune(get_task(task), args.flags, description,
-                              prog=f"textkit-finetune {args.recipe}"))
+                              prog=f"textkit-finetune {args.recipe}"),
+             resumable="--predict" not in args.flags)
     return 0
 
 

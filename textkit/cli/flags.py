@@ -8,6 +8,8 @@ adds that dataclass's flags, flat. ``parse_config(Config, argv)`` returns the fr
 ``--help`` lists the flags by group with their defaults.
 
 This is the only place in ``textkit`` that parses flags (the recipes in ``examples/`` call it).
+The commands with hand-written parsers (generate, translate) check their numbers with
+``number``: a value out of range is a usage error naming the flag and the range expected.
 """
 
 from __future__ import annotations
@@ -21,9 +23,27 @@ from typing import Any, TypeVar
 
 from textkit.settings import GROUPS, flag
 
-__all__ = ["GROUPS", "HelpFormatter", "flag", "parse_config", "parser_for"]
+__all__ = ["GROUPS", "HelpFormatter", "Parser", "flag", "number", "parse_config", "parser_for"]
 
 Config = TypeVar("Config")
+
+
+def number(kind: type, expected: str, accept: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """An argparse ``type``: ``kind(text)`` where ``accept`` takes it, else the usage error
+    ``argument --flag: expected <expected>, got <text>`` (e.g. ``number(int, "an integer >=
+    1", lambda v: v >= 1)``)."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return convert
+
 
 def _base_type(hint: Any) -> tuple[Any, bool]:
     """``(type, optional)`` of an annotation such as ``int | None``."""
@@ -72,6 +92,15 @@ def _add_flags(groups: dict[str, Any], config_cls: type, defaults: Any) -> None:
         groups[meta["group"]].add_argument(*names, **options)
 
 
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (the flag, what was
+    expected, where to look: ``PROG: error: MESSAGE (PROG --help lists the flags)``) and exit
+    status 2, instead of the usage block and the message."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` with each flag's default once: ``(default: ...)`` is added after the help
     unless the help already says what the default is (e.g. "default: the dataset's first")."""
@@ -87,8 +116,7 @@ def parser_for(config_cls: type, description: str = "", *, defaults: Any = None,
     """The ``ArgumentParser`` of ``config_cls``'s flags, grouped, defaults shown
     (``defaults``: an instance whose values replace the fields' defaults; ``prog``: the
     command's name in the usage line, default the program's)."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=HelpFormatter)
+    parser = Parser(prog=prog, description=description, formatter_class=HelpFormatter)
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
     _add_flags(groups, config_cls, defaults)
     return parser
@@ -118,10 +146,14 @@ def parse_config(config_cls: type[Config], argv: Sequence[str] | None = None,
                  description: str = "", *, defaults: Config | None = None,
                  prog: str | None = None) -> Config:
     """Parse ``argv`` (default ``sys.argv[1:]``) into a frozen ``config_cls``; a value the
-    config refuses (its ``__post_init__`` raising ``ValueError``) is a usage error."""
+    config refuses (its ``__post_init__``, or its ``check_inputs()`` where it has one: the
+    files and folders a command line names, raising ``ValueError``) is a usage error."""
     parser = parser_for(config_cls, description, defaults=defaults, prog=prog)
     values = vars(parser.parse_args(argv))
     try:
-        return _build(config_cls, values, defaults)
+        config = _build(config_cls, values, defaults)
+        if hasattr(config, "check_inputs"):
+            config.check_inputs()
+        return config
     except ValueError as err:
         parser.error(str(err))

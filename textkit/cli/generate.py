@@ -1,12 +1,21 @@
 """``generate``: text from a decoder-only checkpoint, streamed (what
 ``examples/language_model/generate.py`` runs).
 
-Prompts come from ``--prompt`` (repeatable) or standard input, one per line; they are decoded
-in batches of mixed lengths. Greedy unless ``--num-beams`` or ``--sample`` is given or the
-checkpoint's ``generation_config.json`` says otherwise. Plain output streams each prompt's text
-as it is produced (prompts in input order); ``--jsonl`` prints one JSON object per prompt, in
-input order, with ``text`` and ``token_ids`` (the generated ids, without the prompt). ``--chat``
-wraps each prompt as a user message in the checkpoint's chat template.
+Prompts come from ``--prompt`` (repeatable) or standard input, one per line (UTF-8; a line ends
+at ``\\n``, ``\\r\\n`` or ``\\r``); they are decoded in batches of mixed lengths. Greedy unless
+``--num-beams`` or ``--sample`` is given or the checkpoint's ``generation_config.json`` says
+otherwise. Plain output is one line per prompt, in input order, streamed as it is produced: a
+backslash, a line feed and a carriage return in the generated text are written ``\\\\``,
+``\\n`` and ``\\r``, so that line *i* of the output always belongs to prompt *i*. ``--jsonl``
+prints one JSON object per prompt, in input order, with ``text`` (as generated) and
+``token_ids`` (the generated ids, without the prompt). ``--chat`` wraps each prompt as a user
+message in the checkpoint's chat template.
+
+Bad input is refused before the model is loaded where it can be (an empty standard input,
+bytes that are not UTF-8, a value out of range), and before generating otherwise (a prompt
+too long for the positions ``--max-new-tokens`` leaves, named by its line): one line naming the
+flag or the line, exit status 2. Ctrl-C and a closed pipe end it as ``run_main`` says, the
+lines written before kept.
 """
 
 from __future__ import annotations
@@ -14,38 +23,67 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from textkit.errors import TextkitError
+from textkit.cli import run_main
+from textkit.cli.flags import Parser, number
+from textkit.cli.stdin import read_stdin_lines
+from textkit.errors import ConfigError, TextkitError
 
-__all__ = ["main", "parse_args"]
+__all__ = ["main", "one_line", "parse_args", "run"]
+
+_POSITIVE = number(int, "an integer >= 1", lambda v: v >= 1)
+
+
+def _policy(text: str) -> str:
+    """``--precision``'s value, refused as a usage error unless ``Policy.parse`` reads it."""
+    from textkit.precision import Policy
+
+    try:
+        Policy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line (each default is the checkpoint's, where it has one)."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command line (each default is the checkpoint's, where it has one); a value out of
+    range is a usage error naming the flag."""
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--pretrained", required=True, help="a Hugging Face checkpoint directory "
                    "(GPT-2, Llama, Mistral, Qwen2/3, Gemma, SmolLM)")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable); default: one "
                    "prompt per line of standard input")
-    p.add_argument("--max-new-tokens", type=int, help="tokens to generate per prompt "
+    p.add_argument("--max-new-tokens", type=_POSITIVE, help="tokens to generate per prompt "
                    "(default: the checkpoint's, else 20)")
-    p.add_argument("--num-beams", type=int, help="beam search with this many beams")
+    p.add_argument("--num-beams", type=_POSITIVE, help="beam search with this many beams")
     p.add_argument("--sample", action="store_true", help="sample instead of searching")
-    p.add_argument("--temperature", type=float, help="sampling temperature")
-    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, help="nucleus mass")
-    p.add_argument("--min-p", type=float, help="drop tokens below this share of the best one")
-    p.add_argument("--repetition-penalty", type=float, help="transformers' repetition penalty")
+    p.add_argument("--temperature", type=number(float, "a number > 0", lambda v: v > 0),
+                   help="sampling temperature")
+    p.add_argument("--top-k", type=number(int, "an integer >= 0", lambda v: v >= 0),
+                   help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=number(float, "a number in (0, 1]", lambda v: 0 < v <= 1),
+                   help="nucleus mass")
+    p.add_argument("--min-p", type=number(float, "a number in [0, 1)", lambda v: 0 <= v < 1),
+                   help="drop tokens below this share of the best one")
+    p.add_argument("--repetition-penalty", type=number(float, "a number > 0", lambda v: v > 0),
+                   help="transformers' repetition penalty (1: none)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
+    p.add_argument("--batch-size", type=_POSITIVE, default=8, help="prompts decoded together")
     p.add_argument("--chat", action="store_true", help="apply the checkpoint's chat template")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per prompt")
-    p.add_argument("--precision", default="float32", help="float32 or mixed_bfloat16")
+    p.add_argument("--precision", default="float32", type=_policy,
+                   help="precision policy: float32, mixed_bfloat16, mixed_float16 or "
+                        "'params=...,compute=...,output=...'")
     p.add_argument("--truncate", action="store_true", help="cut prompts too long for the "
                    "model from the left (with a warning) instead of refusing them")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.sample and (args.num_beams or 1) > 1:
+        p.error(f"--sample with --num-beams {args.num_beams}: sampling with beams is not "
+                "implemented; give one of them")
+    return args
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,51 +98,106 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def run(args: argparse.Namespace, out: Any = sys.stdout) -> list[dict[str, Any]]:
-    """Generate for every prompt; returns the results (text, token_ids) in input order."""
+def one_line(text: str) -> str:
+    """``text`` on one line: ``\\``, line feed and carriage return written ``\\\\``, ``\\n``
+    and ``\\r`` (the plain output's form; ``--jsonl`` keeps the text as it is)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _prompts(args: argparse.Namespace) -> tuple[list[str], Callable[[int], str]]:
+    """The prompts, and the name of prompt ``i`` for messages (its ``--prompt`` or its line
+    of standard input)."""
+    if args.prompt:
+        return args.prompt, lambda i: f"--prompt {i + 1} of {len(args.prompt)}"
+    prompts = read_stdin_lines()
+    if not prompts:
+        raise ConfigError("no prompts: standard input is empty; give one prompt per line of "
+                          "standard input, or --prompt TEXT")
+    return prompts, lambda i: f"standard input, line {i + 1}"
+
+
+def _check_lengths(generator: Any, prompts: Sequence[Any], args: argparse.Namespace,
+                   where: Callable[[int], str]) -> None:
+    """Refuse, before generating, a prompt longer than the positions that
+    ``max_new_tokens`` leaves (unless ``--truncate``), or an empty one without a BOS token to
+    start from, naming its line and the flags."""
+    limit = generator.model.config.max_positions
+    if limit is None:
+        return
+    new = generator.config.max_new_tokens
+    given = (f"--max-new-tokens {new}" if args.max_new_tokens is not None else
+             f"max_new_tokens {new} (the checkpoint's; --max-new-tokens sets it)")
+    room = limit - new
+    if room < 1:
+        raise ConfigError(f"{given}: the model takes {limit} positions in all, prompt "
+                          f"included; expected --max-new-tokens <= {limit - 1}")
+    if args.truncate:
+        return
+    encode = generator.tokenizer.encode
+    for index, prompt in enumerate(prompts):
+        length = len(encode(prompt) if isinstance(prompt, str) else prompt)
+        if length == 0 and generator.tokenizer.bos_id is None:
+            raise ConfigError(f"{where(index)}: the prompt is empty and the checkpoint's "
+                              "tokenizer has no BOS token to start from; expected text")
+        if length > room:
+            raise ConfigError(f"{where(index)}: the prompt has {length} tokens, but the model "
+                              f"takes {limit} positions and {given} leaves {room} for the "
+                              "prompt; shorten it, lower --max-new-tokens, or pass --truncate "
+                              "(cut it from the left)")
+
+
+def run(args: argparse.Namespace, out: Any = None) -> list[dict[str, Any]]:
+    """Generate for every prompt, written to ``out`` (default: standard output); returns the
+    results (text, token_ids) in input order."""
+    out = out if out is not None else sys.stdout
+    if not Path(args.pretrained).is_dir():
+        raise ConfigError(f"--pretrained {args.pretrained}: no such directory (expected a "
+                          "Hugging Face checkpoint directory)")
+    prompts, where = _prompts(args)          # before the model: bad input is refused at once
     from textkit.decoding import Generator
     from textkit.pretrained import load_pretrained
 
-    prompts = args.prompt if args.prompt else [line.rstrip("\n") for line in sys.stdin]
-    loaded = load_pretrained(args.pretrained, policy=args.precision)
-    generator = Generator.from_pretrained(loaded, batch_size=args.batch_size,
-                                          truncate=args.truncate, **_options(args))
-    if args.chat:
-        prompts = [loaded.tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                                        add_generation_prompt=True)
-                   for p in prompts]
-        prompts = [loaded.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-    results = generator.generate(loaded.params, prompts, seed=args.seed) \
-        if args.jsonl or generator.config.num_beams > 1 else None
-    if results is None:                               # stream, prompts in input order
-        pieces: dict[int, list[str]] = {}
-        shown = 0
-        for index, piece in generator.generate_stream(loaded.params, prompts, seed=args.seed):
-            pieces.setdefault(index, []).append(piece)
-            if index == shown:
-                out.write(piece)
-                out.flush()
-        texts = ["".join(pieces.get(i, [])) for i in range(len(prompts))]
-        for i in range(len(prompts)):
-            if i > shown:
-                out.write(texts[i])
-            out.write("\n")
-        return [{"text": t} for t in texts]
-    rows = [{"text": r.text, "token_ids": r.token_ids} for r in results]
-    for row in rows:
-        out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.jsonl else
-                  row["text"] + "\n")
-    return rows
+    try:
+        loaded = load_pretrained(args.pretrained, policy=args.precision)
+        generator = Generator.from_pretrained(loaded, batch_size=args.batch_size,
+                                              truncate=args.truncate, **_options(args))
+        if args.chat:
+            prompts = [loaded.tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
+            prompts = [loaded.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    except ValueError as err:
+        if isinstance(err, TextkitError):
+            raise
+        raise ConfigError(f"--pretrained {args.pretrained}: {err}") from None
+    _check_lengths(generator, prompts, args, where)
+    if args.jsonl or generator.config.num_beams > 1:
+        results = generator.generate(loaded.params, prompts, seed=args.seed)
+        rows = [{"text": r.text, "token_ids": r.token_ids} for r in results]
+        for row in rows:
+            out.write((json.dumps(row, ensure_ascii=False) if args.jsonl
+                       else one_line(row["text"])) + "\n")
+        out.flush()
+        return rows
+    pieces: dict[int, list[str]] = {}               # stream, prompts in input order
+    shown = 0
+    for index, piece in generator.generate_stream(loaded.params, prompts, seed=args.seed):
+        pieces.setdefault(index, []).append(piece)
+        if index == shown:
+            out.write(one_line(piece))
+            out.flush()
+    texts = ["".join(pieces.get(i, [])) for i in range(len(prompts))]
+    for i in range(len(prompts)):
+        if i > shown:
+            out.write(one_line(texts[i]))
+        out.write("\n")
+    out.flush()
+    return [{"text": t} for t in texts]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; exit status 2 with a one-line error for bad input."""
-    args = parse_args(argv)
-    try:
-        run(args)
-    except (TextkitError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    """Command-line entry point (``run_main``: one line and exit status 2 for bad input, 130
+    on Ctrl-C, 141 on a closed pipe); 0 when every prompt was generated."""
+    run_main(lambda: run(parse_args(argv)), resumable=False)
     return 0
 
 

@@ -23,7 +23,9 @@ max_new_tokens, i.e. max_length - 1)::
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
 truncate, the default) or refused naming it (error); input that is not UTF-8 is refused naming
-the line.
+the line. Bad input ends the command with one line naming the flag, or the file and line, and
+exit status 2; Ctrl-C and a closed pipe end it as ``textkit.cli.run_main`` says (JAX and the
+models are imported under it, in the functions).
 """
 
 from __future__ import annotations
@@ -32,19 +34,26 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textkit._io import write_text_atomic
-from textkit.cli.flags import HelpFormatter
+from textkit.cli import run_main
+from textkit.cli.flags import HelpFormatter, Parser, number
+from textkit.cli.stdin import read_stdin_lines
 from textkit.data.datasets import read_lines
-from textkit.decoding import Translator
-from textkit.decoding.translator import LONG_SOURCE_POLICIES
-from textkit.pretrained import PretrainedError, load_translator
-from textkit.tasks import translation
+from textkit.errors import ConfigError, DataFileError, TextkitError
+
+if TYPE_CHECKING:     # JAX and the models are imported in the functions, under run_main
+    from textkit.decoding import Translator
+
+_POSITIVE = number(int, "an integer >= 1", lambda v: v >= 1)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
+    from textkit.decoding.translator import LONG_SOURCE_POLICIES
+
+    p = Parser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
     model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
                        "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
@@ -56,14 +65,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                       help="a source longer than the model's positions: truncate it (warning "
                            "naming the line) or stop with an error naming the line")
     decoding = p.add_argument_group("evaluation")
-    decoding.add_argument("--beam-size", type=int, default=None,
+    decoding.add_argument("--beam-size", type=_POSITIVE, default=None,
                           help="default: the training run's")
-    decoding.add_argument("--alpha", type=float, default=None,
+    decoding.add_argument("--alpha", type=number(float, "a number >= 0", lambda v: v >= 0),
+                          default=None,
                           help="default: the training run's")
-    decoding.add_argument("--max-length", type=int, default=None,
+    decoding.add_argument("--max-length", type=_POSITIVE, default=None,
                           help="--pretrained: most output tokens, EOS included (default: "
                                "generation_config.json's max_length - 1)")
-    decoding.add_argument("--batch-size", type=int, default=None,
+    decoding.add_argument("--batch-size", type=_POSITIVE, default=None,
                           help="sentences per decode batch")
     decoding.add_argument("--quantize", choices=["int8"], default=None,
                           help="int8 weights and int8 x int8 matmuls (CPU inference)")
@@ -78,24 +88,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def read_stdin_lines() -> list[str]:
-    """Lines of stdin read as bytes and decoded as UTF-8 (a leading BOM dropped); bytes that
-    are not UTF-8 raise ``ValueError`` naming the line."""
-    lines = sys.stdin.buffer.read().splitlines()
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            texts.append(line.decode("utf-8-sig" if number == 1 else "utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(f"<stdin>, line {number}: invalid utf-8 ({err.reason} at byte "
-                             f"{err.start} of the line)") from None
-    return texts
-
-
 def pretrained_translator(args: argparse.Namespace,
                           ) -> tuple[Translator, object, str, bool]:
     """(translator, params, description, pretokenized) of a --pretrained checkpoint directory;
     the flags given override its generation defaults."""
+    from textkit.pretrained import PretrainedError, load_translator
+
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
@@ -105,7 +103,7 @@ def pretrained_translator(args: argparse.Namespace,
         translator, params = load_translator(
             args.pretrained, on_long_source=args.on_long_source, **options)
     except PretrainedError as err:
-        raise SystemExit(f"--pretrained: {err}") from None
+        raise ConfigError(f"--pretrained {args.pretrained}: {err}") from None
     return translator, params, f"the pretrained checkpoint {args.pretrained}", False
 
 
@@ -113,7 +111,13 @@ def checkpoint_translator(args: argparse.Namespace,
                           ) -> tuple[Translator, object, str, bool]:
     """(translator, params, description, pretokenized) of a training run's directory
     (pretokenized: it trained on the toy corpus, tokenised by design)."""
-    run = translation.load_trained(args.checkpoint)
+    from textkit.decoding import Translator
+    from textkit.tasks import translation
+
+    try:
+        run = translation.load_trained(args.checkpoint)
+    except FileNotFoundError as err:      # not a run directory, or a run that did not finish
+        raise ConfigError(f"--checkpoint {args.checkpoint}: {err}") from None
     config = run.config
     translator = Translator(
         run.model, run.src_tokenizer, run.tgt_tokenizer,
@@ -125,33 +129,57 @@ def checkpoint_translator(args: argparse.Namespace,
     return translator, run.params, run.source, config.get("dataset") == "toy"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Translate (module docstring); the exit status, 0."""
+def translate(argv: Sequence[str] | None = None) -> None:
+    """Translate (module docstring) with the command line ``argv``."""
     args = parse_args(argv)
     started = time.perf_counter()
+    for name, path in (("--input", args.input), ("--reference", args.reference)):
+        if path not in (None, "-") and not Path(path).is_file():
+            raise ConfigError(f"{name} {path}: no such file")
+    for name, path in (("--checkpoint", args.checkpoint), ("--pretrained", args.pretrained)):
+        if path is not None and not Path(path).is_dir():
+            raise ConfigError(f"{name} {path}: no such directory")
+    if args.output != "-" and not Path(args.output).resolve().parent.is_dir():
+        raise ConfigError(f"--output {args.output}: its folder does not exist")
     sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)
+    references = None
+    if args.reference is not None:
+        references = read_lines(args.reference)
+        if len(references) != len(sources):
+            raise DataFileError(f"--reference {args.reference} has {len(references)} lines but "
+                                f"the input has {len(sources)}; expected one per source")
     if args.pretrained is not None:
         translator, params, described, pretokenized = pretrained_translator(args)
     else:
         translator, params, described, pretokenized = checkpoint_translator(args)
-    translations = translator.translate(params, sources, progress=args.output != "-")
+    try:
+        translations = translator.translate(params, sources, progress=args.output != "-")
+    except ValueError as err:       # a source the model cannot take, named by its line
+        if isinstance(err, TextkitError):
+            raise
+        where = "standard input" if args.input == "-" else f"--input {args.input}"
+        raise DataFileError(f"{where}, {err}") from None
 
     text = "".join(line + "\n" for line in translations)
     if args.output == "-":
         sys.stdout.write(text)
     else:
         write_text_atomic(args.output, text)
-    if args.reference is not None:
-        references = read_lines(args.reference)
-        if len(references) != len(sources):
-            raise SystemExit(f"{args.reference} has {len(references)} lines but the input has "
-                             f"{len(sources)}")
+    if references is not None:
+        from textkit.tasks import translation
+
         scores = translation.bleu_scores(translations, references, pretokenized=pretokenized)
         print(f"BLEU {scores['bleu']:.2f}  {scores['signature']}", file=sys.stderr)
         print(f"BLEU {scores['bleu_lowercase']:.2f}  {scores['signature_lowercase']}",
               file=sys.stderr)
     print(f"translated {len(sources)} sentences with {described} in "
           f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point (``run_main``: one line and exit status 2 for bad input, 130
+    on Ctrl-C, 141 on a closed pipe); 0 when every sentence was translated."""
+    run_main(lambda: translate(argv), resumable=False)
     return 0
 
 

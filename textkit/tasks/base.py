@@ -40,6 +40,7 @@ from textkit.data import get_dataset_info, list_datasets
 from textkit.errors import ConfigError
 from textkit.models import parse_overrides
 from textkit.parallel import LaunchConfig
+from textkit.precision import Policy
 from textkit.settings import flag
 from textkit.training import make_train_step
 from textkit.training.loop import FitConfig
@@ -85,6 +86,30 @@ class TaskConfig:
                              "metrics.jsonl and curves.png", group="output")
     fit: FitConfig = FitConfig(epochs=1)
     launch: LaunchConfig = LaunchConfig()
+
+    def __post_init__(self) -> None:
+        """Refuse a ``--precision`` that is not a policy, before any file is written."""
+        try:
+            Policy.parse(self.precision)
+        except ValueError as err:
+            raise ConfigError(f"--precision: {err}") from None
+
+    def check_inputs(self) -> None:
+        """Refuse an input that is not there (``ConfigError`` naming its flag): a file of
+        ``--train-file``, ``--valid-file``, ``--test-file``, ``--predict`` or
+        ``--embedding-path``, the directory of ``--init-from`` or ``--pretrained``.
+        ``parse_config`` calls it for a command line, before the run directory is made; a
+        config built in code is not checked."""
+        for name in ("train_file", "valid_file", "test_file", "predict", "embedding_path"):
+            value = getattr(self, name, None)
+            for path in [value] if isinstance(value, str) else value or ():
+                if not os.path.isfile(path):
+                    raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file")
+        for name in ("init_from", "pretrained"):
+            path = getattr(self, name, None)
+            if path and not os.path.isdir(path):
+                raise ConfigError(f"--{name.replace('_', '-')} {path}: no such directory "
+                                  "(expected a checkpoint directory)")
 
     tiny: ClassVar[Mapping[str, Any]] = {}
     """Settings for a run of seconds on the generated toy data (smaller corpus, batches and

@@ -35,6 +35,7 @@ import numpy as np
 import optax
 
 from textkit.data import DataLoader, FixedBucketSampler, toy_lm_corpus
+from textkit.data.datasets import read_text
 from textkit.errors import ConfigError
 from textkit.models import get_model
 from textkit.precision import Policy
@@ -55,9 +56,9 @@ def read_documents(path: str | Path, layout: str) -> list[str]:
     heading, its lines joined with newlines)."""
     path = Path(path)
     try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read it as UTF-8 text ({err})") from None
+        text = read_text(path)         # bytes that are not UTF-8: DataFileError naming the line
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
     if layout == "lines":
         return [line for line in text.splitlines() if line.strip()]
     if layout == "paragraphs":
@@ -104,6 +105,7 @@ class CausalLMConfig(TaskConfig):
                         group="output")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.documents not in DOCUMENT_LAYOUTS:
             raise ConfigError(f"--documents {self.documents!r}: expected one of "
                               f"{DOCUMENT_LAYOUTS}")

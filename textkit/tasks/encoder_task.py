@@ -219,10 +219,14 @@ class EncoderTaskConfig(TaskConfig):
                                          "lr": 1e-3}
 
     def __post_init__(self):
+        super().__post_init__()
         if self.init == "random" and not self.pretrained:
             raise ConfigError("--init random trains the architecture of --pretrained DIR's "
                               "config.json: give --pretrained (a preset without it always "
                               "starts from random weights)")
+        if self.train_file and not self.valid_file and not self.predict:
+            raise ConfigError("--train-file needs --valid-file too: the run keeps its best "
+                              "checkpoint by the validation score")
         if self.predict and not self.pretrained:
             raise ConfigError("--predict needs --pretrained DIR: a fine-tuned export "
                               "(<run>/export)")
@@ -231,6 +235,13 @@ class EncoderTaskConfig(TaskConfig):
             object.__setattr__(self, "lr", 5e-4 if scratch else 5e-5)
         if self.accum_steps < 1:
             raise ConfigError(f"--accum-steps {self.accum_steps}: expected >= 1")
+
+
+    def check_inputs(self) -> None:
+        """``TaskConfig.check_inputs``; a ``--predict`` run checks its export and its input in
+        ``cli.finetune.predict`` instead (the message says what a finished run exports)."""
+        if not self.predict:
+            super().check_inputs()
 
 
 class EncoderTask(Task):
@@ -267,8 +278,6 @@ class EncoderTask(Task):
                 "test": config.test_file}.get(split)
         if path:
             return self.read_file(path)
-        if config.train_file:
-            raise ConfigError(f"--train-file needs --{split}-file too")
         if config.dataset == "toy":
             size = config.toy_examples if split == "train" else max(config.toy_examples // 8, 8)
             return self.toy(split, size)

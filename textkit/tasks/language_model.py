@@ -348,6 +348,7 @@ class LanguageModelConfig(TaskConfig):
     tiny: ClassVar[Mapping[str, Any]] = {"toy_sentences": 100, "batch_size": 4, "bptt": 8}
 
     def __post_init__(self):
+        super().__post_init__()
         object.__setattr__(self, "eval_bptt", self.eval_bptt or self.bptt)
 
 

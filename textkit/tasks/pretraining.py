@@ -165,6 +165,7 @@ class PretrainingConfig(TaskConfig):
     fit: FitConfig = FitConfig(epochs=1)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if isinstance(self.train_file, str):
             object.__setattr__(self, "train_file", (self.train_file,))
         if self.init == "random" and not self.pretrained:

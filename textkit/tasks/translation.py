@@ -514,6 +514,7 @@ class TranslationConfig(TaskConfig):
         "num_buckets": 2, "warmup_steps": 1, "beam_size": 1, "decode_batch_size": 4}
 
     def __post_init__(self):
+        super().__post_init__()
         info = None if self.dataset == "toy" else get_dataset_info(self.dataset)
         default_src, default_tgt = ("src", "tgt") if info is None else info.fields[:2]
         resolved = {

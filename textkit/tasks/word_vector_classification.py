@@ -247,6 +247,7 @@ class ClassificationConfig(TaskConfig):
                                          "embed_dim": 16}
 
     def __post_init__(self):
+        super().__post_init__()
         if self.lr is None:
             object.__setattr__(self, "lr", {"adadelta": 1.0, "adam": 1e-3}[self.optimizer])
         pretrained = self.embedding_path or self.embedding_source

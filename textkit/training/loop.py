@@ -71,6 +71,12 @@ class FitConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        for name in ("eval_every", "save_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0: never), got "
+                                  f"{getattr(self, name)}")
+        if self.time_budget_min is not None and not self.time_budget_min > 0:
+            raise ConfigError(f"--time-budget-min must be > 0, got {self.time_budget_min}")
 
     @property
     def by_steps(self) -> bool:
@@ -514,7 +520,8 @@ def _evaluate_and_save(loop: _Loop, state: Any, *, epoch_end: bool) -> Any:
     loop.log(f"step {progress.step} (epoch {progress.epoch}): " + ", ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
         if k not in ("step", "epoch")))
-    _save(loop, state, {k: v for k, v in record.items() if isinstance(v, int | float)})
+    evaluated = {k: v for k, v in record.items() if isinstance(v, int | float)}
+    _save(loop, state, evaluated if loop.evaluate is not None else {})  # unranked: no scores
     loop.restart_clock()
     return state
 

@@ -5,7 +5,7 @@
     <root>/config.json     the run's configuration, written once, checked on --resume
     <root>/train.log       process 0's log (every line ``log`` printed)
     <root>/checkpoints/    Orbax steps (TrainState + JSON extra: loop progress, sampler state)
-    <root>/final/          the parameters that were evaluated on the test set
+    <root>/final/          the parameters that were evaluated on the test set (swapped in whole)
     <root>/summary.json    one schema for every task (see ``summary``)
     <root>/.lock           the lock of the process that runs it (``run_lock``: its pid, host)
 
@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
+from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from textkit import parallel
@@ -107,6 +109,12 @@ def launch(save_dir: str | Path | None, config: Mapping[str, Any], *, resume: bo
     run = RunDir.start(save_dir, runs_folder, config, resume=resume, check=check, added=added,
                        main_process=parallel.is_main_process())
     return run, mesh
+
+
+def _barrier(name: str) -> None:
+    """Wait for every process (nothing to wait for in a single-process run)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
 
 
 def _lock(root: Path, main_process: bool) -> RunLock | None:
@@ -242,11 +250,24 @@ class RunDir:
                                  best_metric=best_metric, best_mode=best_mode)
 
     def save_final(self, step: int, params: Any, source: str) -> None:
-        """Save the evaluated parameters to ``final/`` (one Orbax step, replaced each time);
-        every process must call it."""
-        with CheckpointManager(self.final, max_to_keep=1) as manager:
+        """Save the evaluated parameters to ``final/`` (one Orbax step); every process must
+        call it. Written beside it (``.final.partial/``) and then swapped in, so that
+        ``final/`` is always whole and a run resumed after writing it (stopped before its
+        summary) writes it again instead of being refused a step already on disk."""
+        partial, old = self.root / ".final.partial", self.root / ".final.old"
+        if self.main_process:
+            shutil.rmtree(partial, ignore_errors=True)   # left by a run stopped writing it
+        _barrier("textkit final parameters: staging folder cleared")
+        with CheckpointManager(partial, max_to_keep=1) as manager:
             manager.save(step, params, extra={"source": source})
             manager.wait_until_finished()
+        if self.main_process:
+            shutil.rmtree(old, ignore_errors=True)
+            if self.final.exists():
+                self.final.rename(old)
+            partial.rename(self.final)
+            shutil.rmtree(old, ignore_errors=True)
+        _barrier("textkit final parameters: swapped in")
 
     def load_final(self, target: Any) -> tuple[Any, dict[str, Any]]:
         """(params, extra) from ``final/``; ``target`` is a params pytree of the same structure."""
