@@ -128,3 +128,25 @@ def test_fine_tune_with_language_codes_and_export(tmp_path):
     with pytest.raises(ConfigError, match=r"--tgt-lang-code: .*no language code 'xx'"):
         train.main([*common, "--src-lang-code", "en", "--tgt-lang-code", "xx",
                     "--save-dir", str(tmp_path / "bad")])
+
+
+@pytest.mark.slow
+def test_translate_script_with_language_codes(ref):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    text = "".join(line + "\n" for line in ref["inputs"])
+    done = subprocess.run(
+        [sys.executable, "examples/nmt/translate.py", "--pretrained", str(M2M),
+         "--src-lang-code", "en", "--tgt-lang-code", "de", "--beam-size", "1"],
+        input=text.encode(), cwd=root, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().splitlines() == [
+        t.removeprefix("__de__").strip() for t in ref["greedy"]["text"]]
+    done = subprocess.run(
+        [sys.executable, "examples/nmt/translate.py", "--pretrained", str(M2M),
+         "--src-lang-code", "en", "--tgt-lang-code", "deu"], input=b"x\n", cwd=root,
+        capture_output=True, timeout=300)
+    assert done.returncode == 2
+    assert "--tgt-lang-code: " in done.stderr.decode() and "nearest: de" in done.stderr.decode()

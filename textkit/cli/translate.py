@@ -57,7 +57,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     model = p.add_argument_group("model").add_mutually_exclusive_group(required=True)
     model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
                        "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
-    model.add_argument("--pretrained", help="a Marian / OPUS-MT checkpoint directory")
+    model.add_argument("--pretrained", help="an encoder-decoder checkpoint directory (Marian / "
+                       "OPUS-MT, BART, M2M100)")
+    languages = p.add_argument_group("languages (--pretrained multilingual checkpoints)")
+    languages.add_argument("--src-lang-code", help="the source language code, in the "
+                           "checkpoint family's spelling (M2M100 'en')")
+    languages.add_argument("--tgt-lang-code", help="the target language code (its token is "
+                           "forced first); default: the checkpoint's forced_bos_token_id")
     data = p.add_argument_group("data")
     data.add_argument("--input", default="-", help="source sentences, one per line (-: stdin); "
                       "an empty line gives an empty translation")
@@ -93,6 +99,7 @@ def pretrained_translator(args: argparse.Namespace,
     """(translator, params, description, pretokenized) of a --pretrained checkpoint directory;
     the flags given override its generation defaults."""
     from textkit.pretrained import PretrainedError, load_translator
+    from textkit.pretrained.errors import LanguageError
 
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
@@ -101,7 +108,10 @@ def pretrained_translator(args: argparse.Namespace,
         options["grow_cache"] = False
     try:
         translator, params = load_translator(
-            args.pretrained, on_long_source=args.on_long_source, **options)
+            args.pretrained, src_lang=args.src_lang_code, tgt_lang=args.tgt_lang_code,
+            on_long_source=args.on_long_source, **options)
+    except LanguageError as err:
+        raise ConfigError(f"--src-lang-code / --tgt-lang-code: {err}") from None
     except PretrainedError as err:
         raise ConfigError(f"--pretrained {args.pretrained}: {err}") from None
     return translator, params, f"the pretrained checkpoint {args.pretrained}", False
@@ -150,6 +160,9 @@ def translate(argv: Sequence[str] | None = None) -> None:
                                 f"the input has {len(sources)}; expected one per source")
     if args.pretrained is not None:
         translator, params, described, pretokenized = pretrained_translator(args)
+    elif args.src_lang_code or args.tgt_lang_code:
+        raise ConfigError("--src-lang-code / --tgt-lang-code choose the languages of a "
+                          "--pretrained multilingual checkpoint; a training run has its own")
     else:
         translator, params, described, pretokenized = checkpoint_translator(args)
     try:
