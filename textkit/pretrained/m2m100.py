@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,13 +31,14 @@ from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.errors import (
     LanguageError,
+    MissingFileError,
     PretrainedError,
     UnsupportedArchitectureError,
 )
 from textkit.pretrained.files import read_json_object
 
-__all__ = ["FAMILY", "LANGUAGE_CODES", "LanguageTokenizer", "M2M100Tokenizer", "hf_config",
-           "m2m100_config"]
+__all__ = ["FAMILY", "LANGUAGE_CODES", "LanguageTokenizer", "M2M100Tokenizer", "NllbTokenizer",
+           "hf_config", "m2m100_config"]
 
 LANGUAGE_CODES = {
     "m2m100": tuple(
@@ -76,6 +78,7 @@ class LanguageTokenizer:
     pad_id: int = dataclasses.field(init=False)
     eos_id: int = dataclasses.field(init=False)
     unk_id: int = dataclasses.field(init=False)
+    begin_id: int = dataclasses.field(init=False)
 
     def _id(self, token: str) -> int | None:
         """The id of a special or language token (None: absent)."""
@@ -89,12 +92,13 @@ class LanguageTokenizer:
         return code
 
     def _set_specials(self) -> None:
-        ids = {token: self._id(token) for token in ("<pad>", "</s>", "<unk>")}
+        ids = {token: self._id(token) for token in ("<pad>", "</s>", "<unk>", "<s>")}
         missing = [token for token, i in ids.items() if i is None]
         if missing:
             raise PretrainedError(f"{self.where}: the special tokens {missing} are not in the "
                                   f"vocabulary")
-        for name, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("unk_id", "<unk>")):
+        for name, token in (("pad_id", "<pad>"), ("eos_id", "</s>"), ("unk_id", "<unk>"),
+                            ("begin_id", "<s>")):
             object.__setattr__(self, name, ids[token])
 
     @property
@@ -198,6 +202,36 @@ class M2M100Tokenizer(LanguageTokenizer):
         return texts
 
 
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class NllbTokenizer(LanguageTokenizer):
+    """NLLB-200's tokenizer, as transformers' ``NllbTokenizerFast``: ``tokenizer.json`` (a
+    ``tokenizers.Tokenizer``) segments and maps pieces, the language codes (``eng_Latn``, ...)
+    are its special added tokens; a text is ``lang ... </s>`` (``legacy``: ``... </s> lang``,
+    ``legacy_behaviour`` in ``tokenizer_config.json``)."""
+
+    tokenizer: Any
+
+    def __post_init__(self) -> None:
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self._set_specials()
+
+    def _id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def _pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        return [list(e.ids) for e in self.tokenizer.encode_batch(list(texts),
+                                                                  add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Text of every id list; special and language tokens skipped."""
+        return [self.tokenizer.decode([int(i) for i in row], skip_special_tokens=True)
+                for row in ids]
+
+
 # ------------------------------------------------------------------------------------ config
 def m2m100_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
                   **overrides: Any) -> TransformerConfig:
@@ -243,7 +277,7 @@ def hf_config(config: TransformerConfig, target: M2M100Tokenizer) -> dict[str, A
         "attention_dropout": config.attention_dropout, "activation_dropout": 0.0,
         "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,
         "tie_word_embeddings": config.tie_output, "pad_token_id": config.pad_id,
-        "bos_token_id": target.vocab["<s>"], "eos_token_id": target.eos_id,
+        "bos_token_id": target.begin_id, "eos_token_id": target.eos_id,
         "decoder_start_token_id": config.decoder_start_id, "is_encoder_decoder": True,
     }
 
@@ -275,19 +309,75 @@ def _languages(root: Path) -> tuple[str, ...]:
     return LANGUAGE_CODES[name]
 
 
-def load_tokenizers(root: Path, config: TransformerConfig) -> tuple[M2M100Tokenizer,
-                                                                     M2M100Tokenizer]:
-    """(source, target) ``M2M100Tokenizer``s of ``root``, no language chosen yet."""
-    source = M2M100Tokenizer(where=root, spm_path=root / "sentencepiece.bpe.model",
-                             vocab=read_json_object(root / "vocab.json"),
-                             languages=_languages(root), decoder_start_id=config.decoder_start_id)
+NLLB_CODE = re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$")
+"""What an NLLB language code looks like (``eng_Latn``)."""
+
+
+def _nllb_tokenizer(root: Path, settings: Mapping[str, Any],
+                    start: int) -> NllbTokenizer:
+    """The ``NllbTokenizer`` of ``root``'s ``tokenizer.json``; its language codes are the
+    settings' ``additional_special_tokens`` (else the added special tokens shaped like
+    ``eng_Latn``, by id)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+    except Exception as err:  # tokenizers raises a bare Exception
+        raise PretrainedError(f"{root / 'tokenizer.json'}: not a tokenizers file, or damaged "
+                              f"({err})") from None
+    listed = [t.get("content") if isinstance(t, dict) else t
+              for t in settings.get("additional_special_tokens")
+              or settings.get("extra_special_tokens") or []]
+    codes = tuple(t for t in listed if isinstance(t, str) and NLLB_CODE.match(t))
+    if not codes:
+        added = tokenizer.get_added_tokens_decoder()
+        codes = tuple(added[i].content for i in sorted(added)
+                      if added[i].special and NLLB_CODE.match(added[i].content))
+    if not codes:
+        raise PretrainedError(f"{root / 'tokenizer.json'}: no language tokens (eng_Latn, ...): "
+                              f"not an NLLB tokenizer")
+    return NllbTokenizer(where=root, tokenizer=tokenizer, languages=codes,
+                         decoder_start_id=start,
+                         legacy=bool(settings.get("legacy_behaviour", False)))
+
+
+def load_tokenizers(root: Path, config: TransformerConfig) -> tuple[LanguageTokenizer,
+                                                                     LanguageTokenizer]:
+    """(source, target) tokenizers of ``root``, no language chosen yet: NLLB's
+    (``tokenizer.json`` with a ``tokenizer_class`` of NLLB) or M2M100's (``vocab.json`` +
+    ``sentencepiece.bpe.model``); ``MissingFileError`` naming the files looked for."""
+    config_path = root / "tokenizer_config.json"
+    settings = read_json_object(config_path) if config_path.is_file() else {}
+    nllb = str(settings.get("tokenizer_class", "")).startswith("Nllb")
+    if nllb and (root / "tokenizer.json").is_file():
+        source: LanguageTokenizer = _nllb_tokenizer(root, settings, config.decoder_start_id)
+    elif (root / "vocab.json").is_file() and (root / "sentencepiece.bpe.model").is_file():
+        source = M2M100Tokenizer(where=root, spm_path=root / "sentencepiece.bpe.model",
+                                 vocab=read_json_object(root / "vocab.json"),
+                                 languages=_languages(root),
+                                 decoder_start_id=config.decoder_start_id)
+    else:
+        raise MissingFileError(
+            f"{root} has no tokenizer textkit reads for model_type m2m_100: expected "
+            f"tokenizer.json with tokenizer_config.json's tokenizer_class NllbTokenizer(Fast) "
+            f"(NLLB-200), or vocab.json + sentencepiece.bpe.model (M2M100)")
     return source, dataclasses.replace(source, side="target")
 
 
-def save_tokenizers(source: M2M100Tokenizer, target: M2M100Tokenizer, directory: Path,
+def save_tokenizers(source: LanguageTokenizer, target: LanguageTokenizer, directory: Path,
                     config: TransformerConfig) -> None:
-    """``vocab.json``, ``sentencepiece.bpe.model`` and a ``tokenizer_config.json`` that
-    transformers' ``M2M100Tokenizer`` reads."""
+    """The tokenizer's files, as transformers reads them: NLLB's ``tokenizer.json`` and
+    ``tokenizer_config.json``; M2M100's ``vocab.json``, ``sentencepiece.bpe.model`` and a
+    ``tokenizer_config.json``."""
+    if isinstance(source, NllbTokenizer):
+        source.tokenizer.save(str(directory / "tokenizer.json"))
+        write_json_atomic(directory / "tokenizer_config.json", {
+            "tokenizer_class": "NllbTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+            "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
+            "unk_token": "<unk>", "mask_token": "<mask>",
+            "additional_special_tokens": list(source.languages),
+            "legacy_behaviour": source.legacy, "model_max_length": config.max_len})
+        return
     write_json_atomic(directory / "vocab.json", dict(source.vocab))
     shutil.copyfile(source.spm_path, directory / "sentencepiece.bpe.model")
     write_json_atomic(directory / "tokenizer_config.json", {
@@ -301,7 +391,7 @@ def save_tokenizers(source: M2M100Tokenizer, target: M2M100Tokenizer, directory:
 
 def generation(config: TransformerConfig, target: M2M100Tokenizer) -> dict[str, Any]:
     """The ``generation_config.json`` transformers writes for an M2M100 model."""
-    return {"bos_token_id": target.vocab["<s>"], "decoder_start_token_id": config.decoder_start_id,
+    return {"bos_token_id": target.begin_id, "decoder_start_token_id": config.decoder_start_id,
             "eos_token_id": target.eos_id, "pad_token_id": config.pad_id}
 
 
@@ -309,7 +399,7 @@ FAMILY = seq2seq.Seq2SeqFamily(
     model_type="m2m_100", hf_class="M2M100ForConditionalGeneration", architecture="m2m_100",
     config=m2m100_config, hf_config=hf_config, weight_map=seq2seq.fairseq_weight_map,
     vocab_paths=("src_embed", "tgt_embed", "output"),
-    tokenizer_files=("vocab.json", "sentencepiece.bpe.model"), load_tokenizers=load_tokenizers,
-    save_tokenizers=save_tokenizers, tokenizer_type=M2M100Tokenizer, generation=generation,
+    tokenizer_files=(), load_tokenizers=load_tokenizers,
+    save_tokenizers=save_tokenizers, tokenizer_type=LanguageTokenizer, generation=generation,
     layout=seq2seq.embedding_layout, named=seq2seq.tied_names)
 """M2M100 as a ``seq2seq.Seq2SeqFamily``."""
