@@ -21,8 +21,6 @@ continues from it) and ``summary.json`` (words/s, loss per epoch, and the scores
 similarity and analogy sets of ``--eval-dir``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import time
