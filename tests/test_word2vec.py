@@ -208,6 +208,9 @@ def test_no_word_reaching_min_count_names_the_count(tmp_path):
 def test_vector_size_zero_is_refused():
     with pytest.raises(ConfigError, match="vector_size.*0"):
         Word2VecConfig(vector_size=0)
+    with pytest.raises(ConfigError, match="noise_draws.*0"):
+        Word2VecConfig(noise_draws=0)
+    assert (Word2VecConfig().draws, Word2VecConfig(objective="cbow").draws) == (2, 1)
 
 
 def write_corpus(tmp_path: Path) -> Path:

@@ -217,7 +217,7 @@ def train_word2vec(corpus: Corpus, config: Word2VecConfig, *,
     first_batches = build_batches(first, shapes)
     per_call = max(1, min(_BATCHES_PER_CALL, len(first_batches)))
     update = make_update(noise_table(corpus.counts, config.ns_exponent), shapes.centers,
-                         config.negative)
+                         config.negative, config.draws)
     inputs, outputs = jax.device_put(state.inputs), jax.device_put(state.outputs)
     compile_start = time.perf_counter()
     example = next(_calls(first_batches, np.zeros(len(first_batches)), per_call))

@@ -6,7 +6,9 @@ over all epochs' words), ``min_n``, ``max_n``, ``bucket`` (fastText's character 
 ``<word>``, hashed into ``bucket`` rows) and ``seed``; the defaults are gensim 4's. ``objective``
 is ``"skipgram"`` (gensim ``sg=1``) or ``"cbow"`` (``sg=0``, mean of the context, gensim's
 ``cbow_mean=1``); ``subwords`` adds fastText's n-grams (gensim's ``FastText``).
-``batch_centers`` is textkit's own: how many center words one batched update takes.
+``batch_centers`` and ``noise_draws`` are textkit's own: how many center words one batched
+update takes, and how many sets of ``negative`` noise words a center draws for its pairs to
+share (``word2vec_update``; more sets are closer to word2vec's draws per pair, and slower).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Word2VecConfig:
     bucket: int = flag(2_000_000, "hash buckets of the n-grams (with --subwords)",
                        group="model")
     batch_centers: int = flag(1024, "center words per batched update", group="training")
+    noise_draws: int | None = flag(None, "noise words drawn per center word: negative x this, "
+                                   "shared by its pairs, each weighted 1 / this (default: 2 "
+                                   "for skipgram, 1 for cbow)", group="training")
     seed: int = flag(1, "seed of the initial vectors, subsampling, windows and noise words",
                      group="training")
 
@@ -59,6 +64,10 @@ class Word2VecConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} (--{name.replace('_', '-')}) is "
                                   f"{getattr(self, name)!r}: expected an integer >= 1")
+        if self.noise_draws is not None and (not isinstance(self.noise_draws, int)
+                                             or self.noise_draws < 1):
+            raise ConfigError(f"noise_draws (--noise-draws) is {self.noise_draws!r}: expected "
+                              "an integer >= 1")
         if not 0 < self.alpha or not 0 <= self.min_alpha <= self.alpha:
             raise ConfigError(f"alpha {self.alpha} and min_alpha {self.min_alpha}: expected "
                               "0 <= min_alpha <= alpha and alpha > 0")
@@ -67,3 +76,10 @@ class Word2VecConfig:
         if self.subwords and not (1 <= self.min_n <= self.max_n and self.bucket >= 1):
             raise ConfigError(f"min_n {self.min_n}, max_n {self.max_n}, bucket {self.bucket}: "
                               "expected 1 <= min_n <= max_n and bucket >= 1 with --subwords")
+
+    @property
+    def draws(self) -> int:
+        """``noise_draws``, or its default for the objective."""
+        if self.noise_draws is not None:
+            return self.noise_draws
+        return 2 if self.objective == "skipgram" else 1
