@@ -13,9 +13,10 @@ Input words per second: the corpus tokens times the epochs over the training tim
 is ``model.train``'s wall time (vocabulary and initial vectors made before it), textkit's is
 ``train_word2vec``'s wall time less its compilation (initial vectors made before it; the
 compilation time is in the JSON too). Each child then scores WordSim-353 and SimLex-999
-(Spearman, gensim's vocabulary rules, the pairs used) and the analogies; with
-``--held-out`` the fastText runs train on the text without any word of the two similarity sets
-and score every pair with n-gram vectors (``oov_*``).
+(Spearman, gensim's vocabulary rules, the pairs used) and the analogies; the fastText runs
+also score every pair with the model's lookup, words outside the vocabulary by their n-gram
+vectors (``subword_*``). With ``--held-out`` they train on the text without any word of the
+two similarity sets, so every word of ``subword_*`` is one never seen.
 
 Usage: python benchmarks/word2vec.py [--train-file FILE ...] [--modes skipgram,cbow,fasttext]
            [--seeds 1,2,3] [--workers 2] [--held-out] [--quick]
@@ -60,8 +61,9 @@ def similarity_words() -> set[str]:
     return words
 
 
-def oov_spearman(vector) -> dict[str, float]:
-    """Spearman of every similarity pair scored with ``vector(word)`` (n-gram vectors)."""
+def subword_spearman(vector) -> dict[str, float]:
+    """Spearman of every similarity pair scored with ``vector(word)`` (unseen words: n-gram
+    vectors); a pair with a zero vector is left out."""
     from scipy.stats import spearmanr
 
     out = {}
@@ -76,7 +78,7 @@ def oov_spearman(vector) -> dict[str, float]:
             if norm > 0:
                 gold.append(float(score))
                 cosine.append(float(np.dot(u, v)) / norm)
-        out[f"oov_{name}"] = {"spearman": float(spearmanr(gold, cosine).statistic),
+        out[f"subword_{name}"] = {"spearman": float(spearmanr(gold, cosine).statistic),
                               "pairs_used": len(gold)}
     return out
 
@@ -117,7 +119,7 @@ def child_textkit(mode: str, path: str, settings: dict) -> dict:
     result[ANALOGY] = {"accuracy": analogy.accuracy if analogy.answered else None,
                        "answered": analogy.answered}
     if mode == "fasttext":
-        result.update(oov_spearman(lambda w: emb[w]))
+        result.update(subword_spearman(lambda w: emb[w]))
     return result
 
 
@@ -156,7 +158,7 @@ def child_gensim(mode: str, path: str, settings: dict, workers: int) -> dict:
     result[ANALOGY] = {"accuracy": float(score) if answered else None,
                        "answered": answered}
     if mode == "fasttext":
-        result.update(oov_spearman(lambda w: model.wv[w]))
+        result.update(subword_spearman(lambda w: model.wv[w]))
     return result
 
 

@@ -329,7 +329,7 @@ def test_word2vec_benchmark_quick(tmp_path):
         assert result[f"{mode}_ratio"] == pytest.approx(
             result[f"{mode}_textkit_words_s"] / result[f"{mode}_gensim_words_s"], rel=1e-6)
     for side in ("textkit", "gensim"):
-        oov = result[f"fasttext_{side}"][0]
-        assert oov["oov_wordsim353.tsv"]["pairs_used"] == 353
-        assert oov["oov_simlex999.txt"]["pairs_used"] == 999
+        scores = result[f"fasttext_{side}"][0]
+        assert scores["subword_wordsim353.tsv"]["pairs_used"] == 353
+        assert scores["subword_simlex999.txt"]["pairs_used"] == 999
     assert "cpu" in result["cpu"]
