@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import subprocesses
 
+import textkit.cli.word2vec as word2vec_cli
 from textkit.embedding import (
     TokenEmbedding,
     Word2VecConfig,
@@ -228,16 +229,16 @@ def test_recipe_resumes_an_interrupted_run_and_refuses_a_used_save_dir(tmp_path,
     recipe.main([*flags, "--save-dir", str(tmp_path / "whole")])
     with pytest.raises(RunDirError, match="already holds a run"):
         recipe.main([*flags, "--save-dir", str(tmp_path / "whole")])
-    save_state = recipe.save_state
+    save_state = word2vec_cli.save_state
 
     def save_then_stop(path, state):
         save_state(path, state)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recipe, "save_state", save_then_stop)
+    monkeypatch.setattr(word2vec_cli, "save_state", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         recipe.main([*flags, "--save-dir", str(tmp_path / "cut")])
-    monkeypatch.setattr(recipe, "save_state", save_state)
+    monkeypatch.setattr(word2vec_cli, "save_state", save_state)
     summary = recipe.main([*flags, "--save-dir", str(tmp_path / "cut"), "--resume"])
     assert [e["epoch"] for e in summary["epoch_reports"]] == [2]
     assert ((tmp_path / "cut" / "vectors.txt").read_bytes()

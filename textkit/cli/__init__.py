@@ -1,16 +1,16 @@
 """Command-line entry points and the flag parsing the recipes share.
 
-``flags``: frozen config dataclasses as command lines (``parse_config``). The installed
-command lines (``pyproject.toml``'s ``[project.scripts]``) call ``translate.main``
-(``textkit-translate``), ``finetune.main`` (``textkit-finetune``) and ``generate.main``
-(``textkit-generate``); the recipes in ``examples/`` run the same code. ``run_main`` runs a
-recipe's ``main`` and turns a ``textkit.TextkitError`` into ``error: <message>`` on stderr and
-exit status 2 (no traceback: the message says what to change), and so a write that fails for
-want of room or permission (a full disk, a quota, a read-only directory) anywhere in the run.
-SIGTERM (a scheduler's stop) and SIGINT (Ctrl-C) end it the same way, in one line saying that
-the checkpoints saved before are intact, with status 128 + the signal's number; a checkpoint
-being written when the signal came is never taken for a finished one (``CheckpointManager``
-verifies every step it restores).
+``flags``: frozen config dataclasses as command lines (``parse_config``). The installed command
+lines (``pyproject.toml``'s ``[project.scripts]``) call ``translate.main``
+(``textkit-translate``), ``finetune.main`` (``textkit-finetune``), ``generate.main``
+(``textkit-generate``) and ``word2vec.main`` (``textkit-word2vec``); the recipes in
+``examples/`` run the same code. ``run_main`` runs a recipe's ``main`` and turns a
+``textkit.TextkitError`` into ``error: <message>`` on stderr and exit status 2 (no traceback:
+the message says what to change), and so a write that fails for want of room or permission (a
+full disk, a quota, a read-only directory) anywhere in the run. SIGTERM (a scheduler's stop) and
+SIGINT (Ctrl-C) end it the same way, in one line saying that the checkpoints saved before are
+intact, with status 128 + the signal's number; a checkpoint being written when the signal came
+is never taken for a finished one (``CheckpointManager`` verifies every step it restores).
 """
 
 from __future__ import annotations
