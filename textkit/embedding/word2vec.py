@@ -223,33 +223,34 @@ def train_word2vec(corpus: Corpus, config: Word2VecConfig, *,
     example = next(_calls(first_batches, np.zeros(len(first_batches)), per_call))
     update = update.lower(inputs, outputs, jax.random.PRNGKey(0), example).compile()
     compile_s = time.perf_counter() - compile_start
+
     def epoch_batches(epoch: int) -> Batches:
         return build_batches(epoch_data(epoch), shapes)
 
     batches = first_batches if state.epochs_done == 0 else epoch_batches(state.epochs_done)
     total_words = config.epochs * corpus.total_tokens
-    pool = concurrent.futures.ThreadPoolExecutor(1)  # the next epoch's batches, meanwhile
-    for epoch in range(state.epochs_done, config.epochs):
-        start = time.perf_counter()
-        upcoming = pool.submit(epoch_batches, epoch + 1) if epoch + 1 < config.epochs else None
-        done = epoch * corpus.total_tokens + batches.first_position
-        alphas = config.alpha - (config.alpha - config.min_alpha) * done / total_words
-        key = jax.random.fold_in(jax.random.PRNGKey(config.seed), epoch)
-        losses = []
-        for call in _calls(batches, alphas, per_call):
-            inputs, outputs, key, loss, terms = update(inputs, outputs, key, call)
-            losses.append((loss, terms))
-        if upcoming is not None:
-            batches = upcoming.result()
-        loss = sum(float(x) for x, _ in losses) / max(sum(float(t) for _, t in losses), 1.0)
-        seconds = time.perf_counter() - start
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"epoch {epoch + 1}: the loss is {loss}; lower --alpha "
-                                     "or --batch-centers")
-        report = EpochReport(epoch + 1, seconds, corpus.total_tokens / seconds, loss,
-                             float(alphas[-1]) if alphas.size else config.alpha)
-        if on_epoch is not None:
-            on_epoch(report, Word2VecState(epoch + 1, np.array(inputs), np.array(outputs)))
-    pool.shutdown()
+    # the next epoch's batches are made on a second thread while this epoch's updates run
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for epoch in range(state.epochs_done, config.epochs):
+            start = time.perf_counter()
+            upcoming = pool.submit(epoch_batches, epoch + 1) if epoch + 1 < config.epochs else None
+            done = epoch * corpus.total_tokens + batches.first_position
+            alphas = config.alpha - (config.alpha - config.min_alpha) * done / total_words
+            key = jax.random.fold_in(jax.random.PRNGKey(config.seed), epoch)
+            losses = []
+            for call in _calls(batches, alphas, per_call):
+                inputs, outputs, key, loss, terms = update(inputs, outputs, key, call)
+                losses.append((loss, terms))
+            if upcoming is not None:
+                batches = upcoming.result()
+            loss = sum(float(x) for x, _ in losses) / max(sum(float(t) for _, t in losses), 1.0)
+            seconds = time.perf_counter() - start
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"epoch {epoch + 1}: the loss is {loss}; lower --alpha "
+                                         "or --batch-centers")
+            report = EpochReport(epoch + 1, seconds, corpus.total_tokens / seconds, loss,
+                                 float(alphas[-1]) if alphas.size else config.alpha)
+            if on_epoch is not None:
+                on_epoch(report, Word2VecState(epoch + 1, np.array(inputs), np.array(outputs)))
     return Word2VecModel(config, corpus.words, corpus.counts, np.asarray(inputs),
                          np.asarray(outputs), compile_s)
