@@ -313,3 +313,23 @@ def test_finetune_profile_quick(tmp_path):
     assert 1 <= len(result["top"]) <= 10 and result["top"][0][0] in ("traced", "update")
     assert 1 <= len(result["others_busy_ms"]) <= 8
     assert result["pack"] is True and result["quick"] is True
+
+
+@pytest.mark.slow
+def test_word2vec_benchmark_quick(tmp_path):
+    """Each mode on both sides (textkit and gensim, each in its own process), the ratio from
+    the two rates of the same line, and the held-out fastText scores on every pair."""
+    result = last_json([str(BENCHMARKS / "word2vec.py"), "--quick", "--held-out"], tmp_path)
+    assert result["quick"] is True and result["seeds"] == [1] and result["workers"] == 2
+    for mode in ("skipgram", "cbow", "fasttext"):
+        textkit, gensim = result[f"{mode}_textkit"][0], result[f"{mode}_gensim"][0]
+        assert textkit["tokens"] == gensim["tokens"] == result["tokens"] == 30000
+        assert textkit["vocab"] == gensim["vocab"]
+        assert positive_finite(textkit["words_s"], gensim["words_s"], textkit["compile_s"])
+        assert result[f"{mode}_ratio"] == pytest.approx(
+            result[f"{mode}_textkit_words_s"] / result[f"{mode}_gensim_words_s"], rel=1e-6)
+    for side in ("textkit", "gensim"):
+        scores = result[f"fasttext_{side}"][0]
+        assert scores["subword_wordsim353.tsv"]["pairs_used"] == 353
+        assert scores["subword_simlex999.txt"]["pairs_used"] == 999
+    assert "cpu" in result["cpu"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from textkit.embedding import EmbeddingFormatError, TokenEmbedding
-from textkit.embedding.fasttext_bin import _char_ngrams, fnv1a_int8
+from textkit.embedding.fasttext_bin import char_ngrams, fnv1a_int8
 
 VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "embeddings" / "vectors"
 needs_data = pytest.mark.skipif(not VECTORS.is_dir(), reason=f"shared data absent: {VECTORS}")
@@ -34,10 +34,10 @@ def test_fnv_hash_sign_extends_bytes():
 
 
 def test_char_ngrams_follow_fasttext():
-    assert _char_ngrams("ab", 1, 2) == [b"<a", b"a", b"ab", b"b", b"b>"]  # no lone "<" / ">"
-    assert _char_ngrams("aé", 3, 3) == [b"<a" + "é".encode(), "aé>".encode()]  # by characters
-    assert _char_ngrams("word", 3, 6)[:4] == [b"<wo", b"<wor", b"<word", b"<word>"]
-    assert _char_ngrams("x", 0, 0) == []
+    assert char_ngrams("ab", 1, 2) == [b"<a", b"a", b"ab", b"b", b"b>"]  # no lone "<" / ">"
+    assert char_ngrams("aé", 3, 3) == [b"<a" + "é".encode(), "aé>".encode()]  # by characters
+    assert char_ngrams("word", 3, 6)[:4] == [b"<wo", b"<wor", b"<word", b"<word>"]
+    assert char_ngrams("x", 0, 0) == []
 
 
 def _text_tolerance(vec_file_values: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ def test_data_batchify_vocab_embedding_do_not_import_jax_or_flax():
         "import textkit.plot\n"
         "import textkit.data.tokenizers, textkit.data.registry, textkit.data.catalogue\n"
         "import textkit.data.lm, textkit.embedding.registry\n"
+        "import textkit.embedding.word2vec, textkit.embedding.word2vec_batches\n"
+        "import textkit.embedding.word2vec_corpus, textkit.embedding.writers\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax'))\n"
         "print(','.join(heavy))\n"
     )

@@ -2,8 +2,9 @@
 
 ``flags``: frozen config dataclasses as command lines (``parse_config``). The installed
 command lines (``pyproject.toml``'s ``[project.scripts]``) call ``translate.main``
-(``textkit-translate``), ``finetune.main`` (``textkit-finetune``) and ``generate.main``
-(``textkit-generate``); the recipes in ``examples/`` run the same code. ``run_main`` runs a
+(``textkit-translate``), ``finetune.main`` (``textkit-finetune``), ``generate.main``
+(``textkit-generate``) and ``word2vec.main`` (``textkit-word2vec``); the recipes in
+``examples/`` run the same code. ``run_main`` runs a
 command's ``main`` (every recipe and every installed command goes through it) and turns a
 ``textkit.TextkitError`` into ``error: <message>`` on stderr and exit status 2 (no traceback:
 the message says what to change), and so a write that fails for want of room or permission (a

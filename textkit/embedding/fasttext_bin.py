@@ -25,7 +25,7 @@ import numpy as np
 
 from textkit.embedding.errors import EmbeddingFormatError
 
-__all__ = ["FASTTEXT_MAGIC", "FastTextSubwords", "fnv1a_int8", "read_fasttext_bin"]
+__all__ = ["FASTTEXT_MAGIC", "FastTextSubwords", "char_ngrams", "fnv1a_int8", "read_fasttext_bin"]
 
 FASTTEXT_MAGIC = 793712314
 _ARG_NAMES = ("dim", "ws", "epoch", "min_count", "neg", "word_ngrams", "loss", "model",
@@ -54,7 +54,7 @@ def fnv1a_int8(ngrams: list[bytes]) -> np.ndarray:
     return hashes
 
 
-def _char_ngrams(word: str, minn: int, maxn: int) -> list[bytes]:
+def char_ngrams(word: str, minn: int, maxn: int) -> list[bytes]:
     """UTF-8 byte strings of the n-grams of ``<word>`` fastText uses (``computeSubwords``)."""
     if maxn <= 0:
         return []
@@ -92,7 +92,7 @@ class FastTextSubwords:
 
     def ngram_rows(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, counts)``: int64 n-gram rows of all words concatenated, int64 [len(words)]."""
-        per_word = [_char_ngrams(w, self.minn, self.maxn) if w != _EOS or self.eos_ngrams else []
+        per_word = [char_ngrams(w, self.minn, self.maxn) if w != _EOS or self.eos_ngrams else []
                     for w in words]
         counts = np.fromiter(map(len, per_word), dtype=np.int64, count=len(words))
         flat = [g for grams in per_word for g in grams]

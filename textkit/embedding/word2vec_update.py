@@ -1,0 +1,78 @@
+"""The batched negative-sampling updates of word-vector training: the one module of
+``textkit.embedding`` that imports jax.
+
+One call runs a ``lax.scan`` over a stack of fixed-shape batches (``word2vec_batches``). Per
+batch, as word2vec does per pair but for all pairs of the batch at once (Hogwild-like: the
+pairs of one batch see the matrices as they were before it): a segment's (center's) input
+vector ``h`` is the weighted mean of its input rows; each positive pair scores its output word
+(label 1); the segment draws ``negative * draws`` noise words from the unigram^0.75 table
+(label 0), shared by its pairs, each weighted ``1 / draws`` once per pair whose positive word
+it is not (gensim skips a noise word equal to the positive word) -- the same expected update as
+``negative`` draws per pair, with ``draws`` sets per segment instead of one per pair
+(skip-gram has about ``window + 1`` pairs per center); ``g = (label - sigmoid(h . u)) *
+alpha``; each output row gets ``g * h`` and every input row of the segment the full
+``sum g * u`` (word2vec's and fastText's rule: the error is not divided among the rows). The
+updates are scatter-adds into the donated matrices.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["make_update"]
+
+
+def _batch_update(matrices, batch, *, centers: int, negative: int, draws: int, table):
+    """One batch; ``matrices`` = (input float32 [R_in, D], output float32 [V, D], key)."""
+    inputs, outputs, key = matrices
+    in_rows, in_seg, in_weight, out_words, out_seg, out_weight, alpha = batch
+    key, draw = jax.random.split(key)
+    x = inputs[in_rows] * in_weight[:, None]                              # [T, D]
+    h = jax.ops.segment_sum(x, in_seg, num_segments=centers)              # [B, D]
+    hp = h[out_seg]                                                       # [P, D]
+    u_pos = outputs[out_words]                                            # [P, D]
+    score_pos = jnp.sum(hp * u_pos, axis=1)                               # [P]
+    g_pos = (1.0 - jax.nn.sigmoid(score_pos)) * alpha * out_weight        # [P]
+    noise = table[jax.random.randint(draw, (centers, negative * draws), 0,
+                                     table.shape[0])]                     # [B, K]
+    differs = (noise[out_seg] != out_words[:, None]) * out_weight[:, None]           # [P, K]
+    noise_weight = jax.ops.segment_sum(differs, out_seg, num_segments=centers) / draws  # [B, K]
+    u_neg = outputs[noise]                                                # [B, K, D]
+    score_neg = jnp.einsum("bd,bkd->bk", h, u_neg)                       # [B, K]
+    g_neg = -jax.nn.sigmoid(score_neg) * alpha * noise_weight            # [B, K]
+    loss = -(jnp.sum(out_weight * jax.nn.log_sigmoid(score_pos))
+             + jnp.sum(noise_weight * jax.nn.log_sigmoid(-score_neg)))
+    dh = (jax.ops.segment_sum(g_pos[:, None] * u_pos, out_seg, num_segments=centers)
+          + jnp.einsum("bk,bkd->bd", g_neg, u_neg))                      # [B, D]
+    outputs = outputs.at[out_words].add(g_pos[:, None] * hp)
+    outputs = outputs.at[noise.reshape(-1)].add(
+        (g_neg[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
+    inputs = inputs.at[in_rows].add(dh[in_seg] * (in_weight > 0)[:, None])
+    return (inputs, outputs, key), (loss, jnp.sum(out_weight) + jnp.sum(noise_weight))
+
+
+def make_update(table: np.ndarray, centers: int, negative: int, draws: int = 1):
+    """``update(inputs, outputs, key, batches) -> (inputs, outputs, key, loss, terms)``.
+
+    ``table`` int32 [S] is the noise table; ``batches`` the tuple (in_rows int32 [n, T],
+    in_seg int32 [n, T], in_weight float32 [n, T], out_words int32 [n, P], out_seg int32
+    [n, P], out_weight float32 [n, P], alpha float32 [n]). ``inputs`` float32 [R_in, D] and
+    ``outputs`` float32 [V, D] are donated and updated in place; ``key`` is a raw uint32 [2]
+    key; ``loss`` (float32) sums the negative log-likelihood over the ``terms`` scored.
+    A segment draws ``negative * draws`` noise words, each weighted ``1 / draws``.
+    """
+    table = jnp.asarray(table)
+    body = functools.partial(_batch_update, centers=centers, negative=negative, draws=draws,
+                             table=table)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def update(inputs, outputs, key, batches):
+        (inputs, outputs, key), (loss, terms) = jax.lax.scan(body, (inputs, outputs, key),
+                                                              batches)
+        return inputs, outputs, key, jnp.sum(loss), jnp.sum(terms)
+
+    return update
