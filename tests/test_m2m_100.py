@@ -1,7 +1,8 @@
-"""M2M100 checkpoints against transformers: the tiny random-weight fixture of
-``tools/make_tiny_m2m100.py`` (its tokenizer's ids with language tokens, logits on a padded
-batch, ``generate`` with the target language forced first), language codes and their errors,
-the export round trip and bfloat16."""
+"""M2M100 and NLLB-200 checkpoints (``model_type`` m2m_100) against transformers: the tiny
+random-weight fixtures of ``tools/make_tiny_m2m100.py`` and ``tools/make_tiny_nllb.py`` (their
+tokenizers' ids with language tokens, logits on a padded batch, ``generate`` with the target
+language forced first), language codes and their errors, the export round trip and
+bfloat16."""
 from __future__ import annotations
 
 import json
@@ -17,16 +18,29 @@ from textkit.pretrained.errors import LanguageError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 M2M = FIXTURES / "tiny_m2m100"
+NLLB = FIXTURES / "tiny_nllb"
+
+
+@pytest.fixture(scope="module", params=[M2M, NLLB], ids=["m2m100", "nllb"])
+def fixture(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def m2m():
-    return load_pretrained(M2M)
+def m2m(fixture):
+    return load_pretrained(fixture)
 
 
 @pytest.fixture(scope="module")
-def ref():
-    return json.loads((M2M / "reference.json").read_text("utf-8"))
+def ref(fixture):
+    return json.loads((fixture / "reference.json").read_text("utf-8"))
+
+
+def text_of(ref: dict, run: str) -> list[str]:
+    """transformers' text of ``run``: transformers 5 keeps M2M100's language token in the text
+    (it does not list the language tokens as special when it saves that tokenizer); textkit
+    leaves it out."""
+    return [text.removeprefix(f"__{ref['tgt_lang']}__").strip() for text in ref[run]["text"]]
 
 
 def padded(rows: list[list[int]], pad: int) -> np.ndarray:
@@ -37,8 +51,8 @@ def padded(rows: list[list[int]], pad: int) -> np.ndarray:
 
 
 def test_tokenizer_ids_with_language_tokens(m2m, ref):
-    source = m2m.tokenizer.for_languages("en", "de")
-    target = m2m.target_tokenizer.for_languages("en", "de")
+    source = m2m.tokenizer.for_languages(ref["src_lang"], ref["tgt_lang"])
+    target = m2m.target_tokenizer.for_languages(ref["src_lang"], ref["tgt_lang"])
     assert source.encode(ref["inputs"]) == ref["input_ids"]
     assert target.encode(ref["targets"]) == ref["target_ids"]
     assert target.forced_bos_id == ref["forced_bos_token_id"] and source.forced_bos_id is None
@@ -57,27 +71,26 @@ def test_logits_match_transformers_on_a_padded_batch(m2m, ref):
 
 @pytest.mark.parametrize("run,options", [("greedy", dict(beam_size=1)), ("beam4", {}),
                                          ("beam4_lp0", dict(alpha=0.0))])
-def test_outputs_match_generate(ref, run, options):
-    translator, params = load_translator(M2M, src_lang="en", tgt_lang="de",
+def test_outputs_match_generate(fixture, ref, run, options):
+    translator, params = load_translator(fixture, src_lang=ref["src_lang"],
+                                         tgt_lang=ref["tgt_lang"],
                                          **{"beam_size": 4, **options})
     assert translator.forced_bos == ref["forced_bos_token_id"]
     ids = translator.translate_ids(params, translator.src_tokenizer.encode(ref["inputs"]))
     generated = [[i for i in row[2:] if i != translator.pad_id] for row in ref[run]["ids"]]
     assert ids == [row[:-1] if row and row[-1] == translator.eos_id else row
                    for row in generated]
-    # transformers 5 keeps the language token in the text (it does not list the language
-    # tokens as special when it saves the tokenizer); textkit leaves it out
-    assert translator.translate(params, ref["inputs"]) == [
-        text.removeprefix("__de__").strip() for text in ref[run]["text"]]
+    assert translator.translate(params, ref["inputs"]) == text_of(ref, run)
 
 
-def test_language_codes_are_checked_by_name(m2m):
-    with pytest.raises(LanguageError, match=r"no language code 'eng'.*nearest: en"):
-        m2m.tokenizer.for_languages("eng", "de")
+def test_language_codes_are_checked_by_name(fixture, m2m, ref):
+    source, target = ref["src_lang"], ref["tgt_lang"]
+    with pytest.raises(LanguageError, match=rf"no language code '{source}x'.*nearest: {source}"):
+        m2m.tokenizer.for_languages(source + "x", target)
     with pytest.raises(LanguageError, match="needs tgt_lang"):
-        load_translator(M2M, src_lang="en")
+        load_translator(fixture, src_lang=source)
     with pytest.raises(LanguageError, match="needs src_lang"):
-        load_translator(M2M, tgt_lang="de")
+        load_translator(fixture, tgt_lang=target)
     with pytest.raises(LanguageError, match="choose it with for_languages"):
         m2m.tokenizer.encode(["no language chosen"])
 
@@ -94,8 +107,8 @@ def test_export_round_trip_is_exact(m2m, tmp_path):
                                                        ["M2M100ForConditionalGeneration"])
 
 
-def test_bfloat16_keeps_the_float32_argmax(ref):
-    f32, bf16 = load_pretrained(M2M), load_pretrained(M2M, policy="mixed_bfloat16")
+def test_bfloat16_keeps_the_float32_argmax(fixture, ref):
+    f32, bf16 = load_pretrained(fixture), load_pretrained(fixture, policy="mixed_bfloat16")
     tokens = jnp.asarray(padded(ref["input_ids"], f32.tokenizer.pad_id))
     target = jnp.asarray(ref["decoder_input_ids"], jnp.int32)
     mask = np.asarray(target) != f32.tokenizer.pad_id
@@ -131,19 +144,19 @@ def test_fine_tune_with_language_codes_and_export(tmp_path):
 
 
 @pytest.mark.slow
-def test_translate_script_with_language_codes(ref):
+def test_translate_script_with_language_codes():
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
+    ref = json.loads((M2M / "reference.json").read_text("utf-8"))
     text = "".join(line + "\n" for line in ref["inputs"])
     done = subprocess.run(
         [sys.executable, "examples/nmt/translate.py", "--pretrained", str(M2M),
          "--src-lang-code", "en", "--tgt-lang-code", "de", "--beam-size", "1"],
         input=text.encode(), cwd=root, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().splitlines() == [
-        t.removeprefix("__de__").strip() for t in ref["greedy"]["text"]]
+    assert done.stdout.decode().splitlines() == text_of(ref, "greedy")
     done = subprocess.run(
         [sys.executable, "examples/nmt/translate.py", "--pretrained", str(M2M),
          "--src-lang-code", "en", "--tgt-lang-code", "deu"], input=b"x\n", cwd=root,
