@@ -91,7 +91,7 @@ class TransformerStackConfig(ModelConfig):
         return self.max_len
 
 
-ARCHITECTURES = ("transformer", "marian", "bart", "m2m_100")
+ARCHITECTURES = ("transformer", "marian", "bart", "mbart", "m2m_100")
 """``TransformerConfig.architecture``: textkit's own, or the checkpoint family it was read
 from (``textkit.pretrained.seq2seq`` writes it back in that family's layout)."""
 

@@ -1,5 +1,8 @@
-"""BART checkpoints (``model_type`` "bart", ``BartForConditionalGeneration``): the ``FAMILY``
-that ``textkit.pretrained.seq2seq`` loads and saves generically.
+"""BART and mBART-50 checkpoints (``model_type`` "bart" and "mbart"): the ``FAMILY`` and
+``MBART`` that ``textkit.pretrained.seq2seq`` loads and saves generically. mBART-50 is BART
+with pre-norm layers and a final norm after each stack, scaled embeddings and a multilingual
+tokenizer (``tokenizer.json``, codes such as ``en_XX`` before the text, the target's forced
+first: ``language_tokenizers.JsonLanguageTokenizer``).
 
 The config map reads ``config.json`` as a ``Transformer`` with ``architecture="bart"``:
 post-norm layers, learned positions with BART's offset of 2 (the table has
@@ -16,21 +19,27 @@ implements and names the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from textkit._io import write_json_atomic
 from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import (
     LanguageError,
+    MissingFileError,
     PretrainedError,
     UnsupportedArchitectureError,
 )
+from textkit.pretrained.files import read_json_object
+from textkit.pretrained.language_tokenizers import JsonLanguageTokenizer, json_language_tokenizer
 
-__all__ = ["FAMILY", "BartTokenizer", "bart_config", "hf_config"]
+__all__ = ["FAMILY", "MBART", "BartTokenizer", "bart_config", "hf_config", "mbart_config"]
 
 LAYER_NORM_EPSILON = 1e-5   # torch.nn.LayerNorm's default, every BART layer norm's
 POSITION_OFFSET = 2         # BartLearnedPositionalEmbedding's offset
@@ -99,13 +108,15 @@ class BartTokenizer:
 
 
 # ------------------------------------------------------------------------------------ config
-def bart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
-                **overrides: Any) -> TransformerConfig:
-    """``TransformerConfig`` of a BART ``config.json`` dict (``UnsupportedArchitectureError``
-    names the first option textkit does not implement); ``overrides`` replace fields."""
+def _config(hf: Mapping[str, Any], root: str | os.PathLike, architecture: str,
+            **overrides: Any) -> TransformerConfig:
+    """``TransformerConfig`` of a BART (``architecture`` "bart": post-norm) or mBART ("mbart":
+    pre-norm with a final norm after each stack) ``config.json`` dict;
+    ``UnsupportedArchitectureError`` names the first option textkit does not implement."""
     root = Path(root)
-    activation = seq2seq.check_fairseq_config(hf, root, "BART", "gelu", {
-        "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
+    mbart = architecture == "mbart"
+    activation = seq2seq.check_fairseq_config(hf, root, "mBART" if mbart else "BART", "gelu", {
+        "normalize_before": mbart, "add_final_layer_norm": mbart, "normalize_embedding": True,
         "static_position_embeddings": False, "add_bias_logits": False})
     vocab = int(hf["vocab_size"])
     options = dict(
@@ -114,29 +125,43 @@ def bart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
         num_heads=int(hf["encoder_attention_heads"]), d_ff=int(hf["encoder_ffn_dim"]),
         num_encoder_layers=int(hf["encoder_layers"]),
         num_decoder_layers=int(hf["decoder_layers"]), dropout=float(hf.get("dropout", 0.1)),
-        attention_dropout=float(hf.get("attention_dropout", 0.0)), pre_norm=False,
-        positions="learned", position_offset=POSITION_OFFSET,
+        attention_dropout=float(hf.get("attention_dropout", 0.0)), pre_norm=mbart,
+        final_norm=mbart, positions="learned", position_offset=POSITION_OFFSET,
         max_len=int(hf.get("max_position_embeddings", 1024)), activation=activation,
         layer_norm_epsilon=LAYER_NORM_EPSILON, scale_embedding=bool(hf.get("scale_embedding",
                                                                            False)),
         final_logits_bias=True, embedding_norm=True,
         decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
-        pad_id=int(hf.get("pad_token_id", 1)), architecture="bart")
+        pad_id=int(hf.get("pad_token_id", 1)), architecture=architecture)
     options.update(overrides)
     return TransformerConfig(**options)
 
 
-def hf_config(config: TransformerConfig, target: BartTokenizer) -> dict[str, Any]:
-    """The ``config.json`` dict of a BART ``TransformerConfig`` (inverse of ``bart_config``);
-    ``UnsupportedArchitectureError`` for what BART cannot express."""
-    for field, want in (("pre_norm", False), ("positions", "learned"),
+def bart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
+                **overrides: Any) -> TransformerConfig:
+    """``TransformerConfig`` of a BART ``config.json`` dict; ``overrides`` replace fields."""
+    return _config(hf, root, "bart", **overrides)
+
+
+def mbart_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
+                 **overrides: Any) -> TransformerConfig:
+    """``TransformerConfig`` of an mBART ``config.json`` dict; ``overrides`` replace fields."""
+    return _config(hf, root, "mbart", **overrides)
+
+
+def hf_config(config: TransformerConfig, target: Any) -> dict[str, Any]:
+    """The ``config.json`` dict of a BART or mBART ``TransformerConfig`` (inverse of
+    ``bart_config`` / ``mbart_config``); ``UnsupportedArchitectureError`` for what the family
+    cannot express."""
+    mbart = config.architecture == "mbart"
+    for field, want in (("pre_norm", mbart), ("positions", "learned"),
                         ("position_offset", POSITION_OFFSET), ("embedding_norm", True),
-                        ("has_final_norm", False), ("final_logits_bias", True),
+                        ("has_final_norm", mbart), ("final_logits_bias", True),
                         ("share_embeddings", True), ("layer_norm_epsilon", LAYER_NORM_EPSILON)):
         if getattr(config, field) != want:
             raise UnsupportedArchitectureError(
                 f"TransformerConfig.{field}={getattr(config, field)!r} cannot be written as a "
-                f"BART checkpoint (BART has {field}={want!r})")
+                f"{config.architecture} checkpoint (it has {field}={want!r})")
     return {
         "vocab_size": config.src_vocab_size, "d_model": config.d_model,
         "encoder_layers": config.num_encoder_layers, "decoder_layers": config.num_decoder_layers,
@@ -172,6 +197,56 @@ def generation(config: TransformerConfig, target: BartTokenizer) -> dict[str, An
     return {"bos_token_id": target.begin_id, "decoder_start_token_id": config.decoder_start_id,
             "eos_token_id": target.eos_id, "forced_eos_token_id": target.eos_id,
             "pad_token_id": config.pad_id}
+
+
+MBART50_CODE = re.compile(r"^[a-z]{2}_[A-Z]{2}$")
+"""What an mBART-50 language code looks like (``en_XX``)."""
+
+
+def load_mbart_tokenizers(root: Path, config: TransformerConfig
+                          ) -> tuple[JsonLanguageTokenizer, JsonLanguageTokenizer]:
+    """(source, target) mBART-50 tokenizers of ``root``'s ``tokenizer.json`` (codes such as
+    ``en_XX``), no language chosen yet; mBART-cc25's ``MBartTokenizer`` (its codes after the
+    text, the decoder started by the target's code) is refused by name."""
+    path = root / "tokenizer_config.json"
+    settings = read_json_object(path) if path.is_file() else {}
+    kind = str(settings.get("tokenizer_class", ""))
+    if not kind.startswith("MBart50"):
+        raise UnsupportedArchitectureError(
+            f"{path}: tokenizer_class={kind or None!r} is not supported: textkit reads mBART-50 "
+            f"(MBart50Tokenizer), not mBART-cc25's MBartTokenizer")
+    if not (root / "tokenizer.json").is_file():
+        raise MissingFileError(f"{root} has no tokenizer.json (an mBART-50 checkpoint's "
+                               f"tokenizer as transformers saves it)")
+    source = json_language_tokenizer(root, settings, config.decoder_start_id, MBART50_CODE,
+                                     "mBART-50")
+    return source, dataclasses.replace(source, side="target")
+
+
+def save_mbart_tokenizers(source: JsonLanguageTokenizer, target: JsonLanguageTokenizer,
+                          directory: Path, config: TransformerConfig) -> None:
+    """``tokenizer.json`` and a ``tokenizer_config.json`` that transformers'
+    ``MBart50TokenizerFast`` reads."""
+    source.tokenizer.save(str(directory / "tokenizer.json"))
+    write_json_atomic(directory / "tokenizer_config.json", {
+        "tokenizer_class": "MBart50Tokenizer", "bos_token": "<s>", "eos_token": "</s>",
+        "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>", "unk_token": "<unk>",
+        "mask_token": "<mask>", "additional_special_tokens": list(source.languages),
+        "model_max_length": config.max_len})
+
+
+MBART = seq2seq.Seq2SeqFamily(
+    model_type="mbart", hf_class="MBartForConditionalGeneration", architecture="mbart",
+    config=mbart_config, hf_config=hf_config, weight_map=seq2seq.fairseq_weight_map,
+    vocab_paths=("src_embed", "tgt_embed", "output", "final_logits_bias"),
+    tokenizer_files=(), load_tokenizers=load_mbart_tokenizers,
+    save_tokenizers=save_mbart_tokenizers, tokenizer_type=JsonLanguageTokenizer,
+    generation=lambda config, target: {
+        "bos_token_id": target.begin_id, "decoder_start_token_id": config.decoder_start_id,
+        "eos_token_id": target.eos_id, "forced_eos_token_id": target.eos_id,
+        "pad_token_id": config.pad_id},
+    layout=seq2seq.embedding_layout, named=seq2seq.tied_names)
+"""mBART-50 as a ``seq2seq.Seq2SeqFamily``."""
 
 
 FAMILY = seq2seq.Seq2SeqFamily(

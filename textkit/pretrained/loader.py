@@ -40,7 +40,8 @@ __all__ = ["LOADERS", "generation_config", "generation_options", "load_pretraine
 PyTree = Any
 
 SEQ2SEQ_FAMILIES: dict[str, seq2seq.Seq2SeqFamily] = {
-    family.architecture: family for family in (marian.FAMILY, bart.FAMILY, m2m100.FAMILY)}
+    family.architecture: family
+    for family in (marian.FAMILY, bart.FAMILY, bart.MBART, m2m100.FAMILY)}
 """``TransformerConfig.architecture`` -> its encoder-decoder checkpoint family."""
 
 LOADERS: dict[str, Callable[..., Any]] = {
