@@ -1,6 +1,6 @@
 """The multilingual translation checkpoints against transformers: M2M100 and NLLB-200
 (``model_type`` m2m_100) and mBART-50 (``mbart``), the tiny random-weight fixtures of
-``tools/make_tiny_m2m100.py``, ``make_tiny_nllb.py`` and ``make_tiny_mbart50.py`` (their
+``tools/make_tiny_multilingual.py`` (their
 tokenizers' ids with language tokens, logits on a padded batch, ``generate`` with the target
 language forced first), language codes and their errors, the export round trip and
 bfloat16."""

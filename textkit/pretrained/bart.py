@@ -154,27 +154,14 @@ def hf_config(config: TransformerConfig, target: Any) -> dict[str, Any]:
     ``bart_config`` / ``mbart_config``); ``UnsupportedArchitectureError`` for what the family
     cannot express."""
     mbart = config.architecture == "mbart"
-    for field, want in (("pre_norm", mbart), ("positions", "learned"),
-                        ("position_offset", POSITION_OFFSET), ("embedding_norm", True),
-                        ("has_final_norm", mbart), ("final_logits_bias", True),
-                        ("share_embeddings", True), ("layer_norm_epsilon", LAYER_NORM_EPSILON)):
-        if getattr(config, field) != want:
-            raise UnsupportedArchitectureError(
-                f"TransformerConfig.{field}={getattr(config, field)!r} cannot be written as a "
-                f"{config.architecture} checkpoint (it has {field}={want!r})")
-    return {
-        "vocab_size": config.src_vocab_size, "d_model": config.d_model,
-        "encoder_layers": config.num_encoder_layers, "decoder_layers": config.num_decoder_layers,
-        "encoder_attention_heads": config.num_heads, "decoder_attention_heads": config.num_heads,
-        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
-        "activation_function": config.activation, "dropout": config.dropout,
-        "attention_dropout": config.attention_dropout, "activation_dropout": 0.0,
-        "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,
-        "tie_word_embeddings": config.tie_output, "pad_token_id": config.pad_id,
+    return {**seq2seq.fairseq_hf_config(config, config.architecture, {
+        "pre_norm": mbart, "positions": "learned", "position_offset": POSITION_OFFSET,
+        "embedding_norm": True, "has_final_norm": mbart, "final_logits_bias": True,
+        "share_embeddings": True, "layer_norm_epsilon": LAYER_NORM_EPSILON}),
+        "vocab_size": config.src_vocab_size, "tie_word_embeddings": config.tie_output,
         "bos_token_id": target.begin_id, "eos_token_id": target.eos_id,
-        "decoder_start_token_id": config.decoder_start_id, "forced_eos_token_id": target.eos_id,
-        "is_encoder_decoder": True,
-    }
+        "decoder_start_token_id": config.decoder_start_id,
+        "forced_eos_token_id": target.eos_id}
 
 
 # ----------------------------------------------------------------------- tokenizer settings

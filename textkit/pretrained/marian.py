@@ -45,7 +45,7 @@ from typing import Any
 from textkit._io import write_json_atomic
 from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
-from textkit.pretrained.errors import NotMarianCheckpointError, UnsupportedArchitectureError
+from textkit.pretrained.errors import NotMarianCheckpointError
 from textkit.pretrained.files import unsupported
 from textkit.pretrained.marian_tokenizer import MarianTokenizer
 from textkit.pretrained.result import Pretrained
@@ -103,30 +103,16 @@ def hf_config(config: TransformerConfig, target: MarianTokenizer) -> dict[str, A
     """The ``config.json`` dict of a Marian ``TransformerConfig`` (inverse of
     ``marian_config``; ``target``: the target tokenizer, for the EOS id);
     ``UnsupportedArchitectureError`` for what Marian cannot express."""
-    for field, want in (("pre_norm", False), ("positions", "sinusoidal_marian"),
-                        ("final_logits_bias", True), ("layer_norm_epsilon", LAYER_NORM_EPSILON),
-                        ("has_final_norm", False), ("embedding_norm", False),
-                        ("position_offset", 0)):
-        if getattr(config, field) != want:
-            raise UnsupportedArchitectureError(
-                f"TransformerConfig.{field}={getattr(config, field)!r} cannot be written as a "
-                f"Marian checkpoint (Marian has {field}={want!r})")
     start = config.pad_id if config.decoder_start_id is None else config.decoder_start_id
-    return {
+    return {**seq2seq.fairseq_hf_config(config, "Marian", {
+        "pre_norm": False, "positions": "sinusoidal_marian", "final_logits_bias": True,
+        "layer_norm_epsilon": LAYER_NORM_EPSILON, "has_final_norm": False,
+        "embedding_norm": False, "position_offset": 0}),
         "vocab_size": config.src_vocab_size, "decoder_vocab_size": config.tgt_vocab_size,
         "share_encoder_decoder_embeddings": config.src_vocab_size == config.tgt_vocab_size,
         "tie_word_embeddings": config.tie_output and config.share_embeddings,
-        "d_model": config.d_model,
-        "encoder_layers": config.num_encoder_layers, "decoder_layers": config.num_decoder_layers,
-        "encoder_attention_heads": config.num_heads, "decoder_attention_heads": config.num_heads,
-        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
-        "activation_function": config.activation, "dropout": config.dropout,
-        "attention_dropout": config.attention_dropout, "activation_dropout": 0.0,
-        "max_position_embeddings": config.max_len, "scale_embedding": config.scale_embedding,
-        "pad_token_id": config.pad_id, "decoder_start_token_id": start,
-        "eos_token_id": target.eos_id, "forced_eos_token_id": target.eos_id,
-        "is_encoder_decoder": True,
-    }
+        "decoder_start_token_id": start, "eos_token_id": target.eos_id,
+        "forced_eos_token_id": target.eos_id}
 
 
 # ----------------------------------------------------------------------- tokenizer settings

@@ -51,7 +51,7 @@ from textkit.pretrained.weights import (
 )
 
 __all__ = ["Seq2SeqFamily", "Seq2SeqTokenizer", "check_fairseq_config", "embedding_layout",
-           "fairseq_weight_map",
+           "fairseq_hf_config", "fairseq_weight_map",
            "load", "save_pretrained", "tied_names"]
 
 Tensors = Mapping[str, np.ndarray]
@@ -207,6 +207,27 @@ def check_fairseq_config(hf: Mapping[str, Any], root: Path, family: str,
             raise unsupported(root, key, hf[key], f"{family} (and textkit's reading of it) "
                                                   f"has {expected}")
     return activation
+
+
+def fairseq_hf_config(config: TransformerConfig, family: str,
+                      fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``config.json`` keys every fairseq-descended family writes, after checking that
+    ``config`` has each field of ``fixed`` at the value the family has
+    (``UnsupportedArchitectureError`` naming the field otherwise)."""
+    for field, want in fixed.items():
+        if getattr(config, field) != want:
+            raise UnsupportedArchitectureError(
+                f"TransformerConfig.{field}={getattr(config, field)!r} cannot be written as a "
+                f"{family} checkpoint ({family} has {field}={want!r})")
+    return {
+        "d_model": config.d_model, "encoder_layers": config.num_encoder_layers,
+        "decoder_layers": config.num_decoder_layers, "encoder_attention_heads": config.num_heads,
+        "decoder_attention_heads": config.num_heads, "encoder_ffn_dim": config.d_ff,
+        "decoder_ffn_dim": config.d_ff, "activation_function": config.activation,
+        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
+        "activation_dropout": 0.0, "max_position_embeddings": config.max_len,
+        "scale_embedding": config.scale_embedding, "pad_token_id": config.pad_id,
+        "is_encoder_decoder": True}
 
 
 def embedding_layout(tensors: Tensors) -> dict[str, bool]:
