@@ -58,13 +58,14 @@ def test_translator_options_follow_the_reader(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps({
         "num_beams": 5, "max_length": 40, "min_length": 6, "early_stopping": True,
         "length_penalty": 1.5, "forced_bos_token_id": 7, "eos_token_id": 2,
-        "forced_eos_token_id": 2, "no_repeat_ngram_size": 3}))
+        "forced_eos_token_id": 2, "no_repeat_ngram_size": 3, "top_k": 10}))
     with pytest.warns(UserWarning, match=r"Translator of .* does not apply.*"
-                                         r"\{'no_repeat_ngram_size': 3\}"):
+                                         r"\{'top_k': 10\}"):
         options = generation_options(tmp_path)
     assert options == {"beam_size": 5, "alpha": 1.5, "length_offset": 0.0, "max_length": 39,
                        "min_length": 5, "early_stopping": True, "forced_bos": 7,
-                       "banned_ids": (), "hf_compatible": True, "forced_eos": True}
+                       "no_repeat_ngram": 3, "banned_ids": (), "hf_compatible": True,
+                       "forced_eos": True}
 
 
 def test_generation_keys_of_an_old_config_json_are_read(tmp_path):

@@ -15,7 +15,8 @@ ten pairs (a random model repeats one token), so that searches have real choices
 ``generation_config.json`` is BART's summarisation one (``forced_bos_token_id`` 0,
 ``early_stopping`` true, beam 4). ``reference.json`` holds the tokenizer's ids, teacher-forced
 logits on a padded batch and ``generate`` outputs (greedy, beam 4 as configured, beam 4 with
-``early_stopping`` false and with length penalty 0). ``seq2seq_tokenizers/bart.json`` holds
+``early_stopping`` false and with length penalty 0, greedy and beam 4 with
+``no_repeat_ngram_size`` 1). ``seq2seq_tokenizers/bart.json`` holds
 ``BartTokenizer``'s ids for ``../shared/data/tokenizers/roberta-base``.
 """
 
@@ -101,7 +102,9 @@ def references(model: BartForConditionalGeneration, tokenizer: BartTokenizerFast
            "logits": [[[round(x, 6) for x in row] for row in seq] for seq in logits.tolist()]}
     runs = {"greedy": dict(num_beams=1), "beam4": {},
             "beam4_early_false": dict(early_stopping=False),
-            "beam4_lp0": dict(length_penalty=0.0)}
+            "beam4_lp0": dict(length_penalty=0.0),
+            "greedy_no_repeat1": dict(num_beams=1, no_repeat_ngram_size=1),
+            "beam4_no_repeat1": dict(no_repeat_ngram_size=1)}
     for name, options in runs.items():
         with torch.no_grad():
             generated = model.generate(**batch, **options)

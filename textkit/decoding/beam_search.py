@@ -64,6 +64,7 @@ from textkit.decoding.contract import (
     PyTree,
     StepFn,
     batch_size_of,
+    candidates,
     check_decoding,
     check_max_length,
     expand_beams,
@@ -76,8 +77,7 @@ from textkit.decoding.contract import (
     start_token_array,
     step_candidates,
 )
-
-NEG_INF = float("-inf")
+from textkit.decoding.filters import NEG_INF, banned_ngrams
 
 
 class _BeamState(NamedTuple):
@@ -102,8 +102,8 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
                 length_offset: float = 5.0, n_best: int = 1,
                 max_lengths: jax.Array | None = None,
                 pad_id: int = 0, min_length: int | jax.Array = 0, forced_eos: bool = False,
-                forced_bos: int | None = None, hf_finish: bool = False,
-                early_stopping: bool | str = False) -> DecodeOutput:
+                forced_bos: int | None = None, no_repeat_ngram: int = 0,
+                hf_finish: bool = False, early_stopping: bool | str = False) -> DecodeOutput:
     """Beam search over ``step_fn`` for a batch of B rows (see the module docstring).
 
     Args:
@@ -129,6 +129,9 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
       forced_bos: the first token of every hypothesis (log-prob 0, counted in the length
         penalty), as transformers' ``forced_bos_token_id`` (a target language); not an EOS
         id.
+      no_repeat_ngram: n > 0: a hypothesis never repeats one of its own n-grams of the start
+        token and the generated ones (transformers' ``no_repeat_ngram_size``; each step then
+        reads the whole log-probs instead of the step function's candidates hook).
       early_stopping: with ``hf_finish``, transformers' finishing rule (False, True or
         "never"; ``textkit.decoding.generation_config``).
 
@@ -162,8 +165,23 @@ def beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: in
         width=min(beam_size, vocab), max_length=max_length,
         eos_id=tuple(int(e) for e in eos_ids), n_best=n_best, pad_id=pad_id,
         forced_eos=forced_eos, forced_bos=None if forced_bos is None else int(forced_bos),
-        hf_finish=hf_finish, early_stopping=early_stopping,
+        no_repeat_ngram=int(no_repeat_ngram), hf_finish=hf_finish,
+        early_stopping=early_stopping,
         fresh=may_grow(step_fn, start_tokens))
+
+
+def step_candidates_without_repeats(step_fn: StepFn, params: PyTree, cache: PyTree,
+                                    tokens: jax.Array, k: int, exclude: tuple[int, ...],
+                                    history: jax.Array, n: int) -> tuple[Candidates, PyTree]:
+    """``step_candidates`` of tokens int32[N] with the ids that would repeat an n-gram of
+    ``history`` int32[N, H] (the start token and the generated ids, -1 after them, as
+    transformers counts the decoder's input ids) at -inf first (``n`` 0: none)."""
+    if not n:
+        return step_candidates(step_fn, params, cache, tokens, k, exclude)
+    log_probs, cache = step_fn(params, cache, tokens)                           # [N, V]
+    banned = banned_ngrams(history, n, log_probs.shape[-1])                     # [N, V]
+    return candidates(jnp.where(banned, NEG_INF, log_probs.astype(jnp.float32)), k,
+                      exclude), cache
 
 
 def force_eos(log_probs: jax.Array, at_cap: jax.Array, eos_id: int) -> jax.Array:
@@ -279,13 +297,13 @@ def _select(search: _Search, state: _BeamState,
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "beam_size", "width", "max_length", "eos_id", "n_best", "pad_id", "forced_eos",
-    "forced_bos", "hf_finish", "early_stopping", "fresh"))
+    "forced_bos", "no_repeat_ngram", "hf_finish", "early_stopping", "fresh"))
 def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  alpha: jax.Array, length_offset: jax.Array, min_length: jax.Array, *,
                  beam_size: int, width: int,
                  max_length: int, eos_id: tuple[int, ...], n_best: int, pad_id: int,
-                 forced_eos: bool, forced_bos: int | None, hf_finish: bool,
-                 early_stopping: bool | str, fresh: bool) -> DecodeOutput:
+                 forced_eos: bool, forced_bos: int | None, no_repeat_ngram: int,
+                 hf_finish: bool, early_stopping: bool | str, fresh: bool) -> DecodeOutput:
     """``beam_search`` with normalised arguments: start int32[B], caps int32[B]; ``width``:
     the candidates kept per hypothesis and step, min(K, V); ``fresh``: the cache holds nothing
     decoded yet (it grows in segments)."""
@@ -296,9 +314,13 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
                      max_length, eos_id, n_best, forced_eos, hf_finish, early_stopping)
 
     def expand(state: _BeamState) -> _BeamState:
-        top, new_cache = step_candidates(
+        generated = jnp.where(jnp.arange(max_length) < state.step, state.alive_tokens,
+                              -1).reshape(batch * beams, max_length)            # [B*K, L]
+        history = jnp.concatenate([jnp.repeat(start, beams)[:, None], generated],
+                                  1)                                            # [B*K, 1+L]
+        top, new_cache = step_candidates_without_repeats(
             step_fn, params, state.cache, state.last_tokens.reshape(batch * beams), width,
-            eos_id)                                                             # [B*K, W]
+            eos_id, history, no_repeat_ngram)                                   # [B*K, W]
         new_state, parent = _select(search, state, Candidates(
             *(x.reshape(batch, beams, -1) for x in top)))                       # [B, K, W]
         return new_state._replace(cache=reorder_beams(
@@ -309,8 +331,9 @@ def _beam_search(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Arra
     if first_cache is None:   # not fresh, or a step function whose model cannot resize
         lengths, first_cache = (max_length,), cache
     # Step 0 on the B rows: every hypothesis of a row starts from the same prefix.
-    top, first_cache = step_candidates(step_fn, params, first_cache, start, width,
-                                       eos_id)                                  # [B, W]
+    top, first_cache = step_candidates_without_repeats(
+        step_fn, params, first_cache, start, width, eos_id, start[:, None],
+        no_repeat_ngram)                                                        # [B, W]
     if forced_bos is not None:   # the one candidate: the forced token, log-prob 0
         only = jnp.arange(width) == 0                                           # [W]
         top = Candidates(

@@ -75,3 +75,32 @@ class ExcludeTokensStep(StepWrapper):
         banned = np.isin(np.asarray(exclude, np.int64), self.excluded_ids)
         kept = jnp.where(banned, NEG_INF, kept)
         return Candidates(values, ids, kept), cache
+
+
+def banned_ngrams(history: jax.Array, n: int, vocab: int) -> jax.Array:
+    """bool[N, V]: ids that would repeat an n-gram of ``history`` int32[N, H] (each row's
+    prompt then its generated ids, -1 after them), as transformers' ``no_repeat_ngram_size``
+    bans them."""
+    rows, width = history.shape
+    filled = filled_length(history)                                                   # int32[N]
+    index = jnp.arange(width)
+    if n == 1:
+        valid = history >= 0
+        return jnp.zeros((rows, vocab), bool).at[
+            jnp.arange(rows)[:, None], jnp.where(valid, history, 0)].max(valid)
+    # the last n - 1 ids of each row, then every earlier window of n - 1 that equals them
+    tail = jnp.take_along_axis(history, (filled[:, None] - (n - 1) + jnp.arange(n - 1)) % width,
+                               axis=1)                                          # [N, n-1]
+    starts = index[: width - n + 1]                                             # [J]
+    windows = jnp.stack([history[:, starts + i] for i in range(n - 1)], -1)     # [N, J, n-1]
+    match = jnp.all(windows == tail[:, None, :], -1)                            # [N, J]
+    match &= (starts[None, :] + n - 1 < filled[:, None]) & (filled[:, None] >= n - 1)
+    match &= jnp.all(windows >= 0, -1)
+    following = history[:, starts + n - 1]                                      # [N, J]
+    return jnp.zeros((rows, vocab), bool).at[
+        jnp.arange(rows)[:, None], jnp.where(match, following, 0)].max(match)
+
+
+def filled_length(history: jax.Array) -> jax.Array:
+    """Columns of ``history`` int32[N, H] in use per row (ids >= 0)."""
+    return (history >= 0).sum(axis=1).astype(jnp.int32)

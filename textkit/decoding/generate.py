@@ -43,7 +43,13 @@ from jax import lax
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import PyTree, model_step_fn
-from textkit.decoding.filters import NEG_INF, ExcludeTokensStep, top_k_top_p
+from textkit.decoding.filters import (
+    NEG_INF,
+    ExcludeTokensStep,
+    banned_ngrams,
+    filled_length,
+    top_k_top_p,
+)
 from textkit.decoding.generation_config import GenerationConfig, warn_unapplied
 from textkit.lookahead import one_ahead
 
@@ -89,7 +95,7 @@ def _process(config: GenerationConfig, logits: jax.Array, state: _Rows) -> jax.A
         logits = jnp.where(state.seen, penalised, logits)
     n = config.no_repeat_ngram_size
     if n:
-        logits = jnp.where(_banned_ngrams(state.history, n, logits.shape[-1]),
+        logits = jnp.where(banned_ngrams(state.history, n, logits.shape[-1]),
                            NEG_INF, logits)
     if config.min_new_tokens or config.min_length:
         eos = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(config.eos_ids)].set(True)
@@ -98,34 +104,6 @@ def _process(config: GenerationConfig, logits: jax.Array, state: _Rows) -> jax.A
         banned = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(config.banned_ids)].set(True)
         logits = jnp.where(banned, NEG_INF, logits)
     return logits
-
-
-def _banned_ngrams(history: jax.Array, n: int, vocab: int) -> jax.Array:
-    """bool[N, V]: ids that would repeat an n-gram of ``history`` int32[N, H] (each row's
-    prompt then its generated ids, -1 after them)."""
-    rows, width = history.shape
-    filled = _filled(history)                                                   # int32[N]
-    index = jnp.arange(width)
-    if n == 1:
-        valid = history >= 0
-        return jnp.zeros((rows, vocab), bool).at[
-            jnp.arange(rows)[:, None], jnp.where(valid, history, 0)].max(valid)
-    # the last n - 1 ids of each row, then every earlier window of n - 1 that equals them
-    tail = jnp.take_along_axis(history, (filled[:, None] - (n - 1) + jnp.arange(n - 1)) % width,
-                               axis=1)                                          # [N, n-1]
-    starts = index[: width - n + 1]                                             # [J]
-    windows = jnp.stack([history[:, starts + i] for i in range(n - 1)], -1)     # [N, J, n-1]
-    match = jnp.all(windows == tail[:, None, :], -1)                            # [N, J]
-    match &= (starts[None, :] + n - 1 < filled[:, None]) & (filled[:, None] >= n - 1)
-    match &= jnp.all(windows >= 0, -1)
-    following = history[:, starts + n - 1]                                      # [N, J]
-    return jnp.zeros((rows, vocab), bool).at[
-        jnp.arange(rows)[:, None], jnp.where(match, following, 0)].max(match)
-
-
-def _filled(history: jax.Array) -> jax.Array:
-    """Columns of ``history`` int32[N, H] in use per row (ids >= 0)."""
-    return (history >= 0).sum(axis=1).astype(jnp.int32)
 
 
 def _choose(config: GenerationConfig, logits: jax.Array, key: jax.Array) -> jax.Array:
@@ -160,7 +138,7 @@ def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, until
         token = jnp.where(s.running, token, pad_id)
         history, seen = s.history, s.seen         # kept up to date only where an option reads
         if config.no_repeat_ngram_size:
-            write = jnp.arange(history.shape[1]) == _filled(history)[:, None]   # [N, H]
+            write = jnp.arange(history.shape[1]) == filled_length(history)[:, None]   # [N, H]
             history = jnp.where(s.running[:, None] & write, token[:, None], history)
         if config.repetition_penalty != 1.0:
             seen = seen.at[jnp.arange(token.shape[0]), token].max(s.running)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from textkit.decoding.beam_search import force_eos
+from textkit.decoding.beam_search import force_eos, step_candidates_without_repeats
 from textkit.decoding.contract import (
     DecodeOutput,
     PyTree,
@@ -32,7 +32,6 @@ from textkit.decoding.contract import (
     repeat_cache,
     segment_lengths,
     start_token_array,
-    step_candidates,
 )
 from textkit.decoding.filters import NEG_INF, top_k_top_p
 
@@ -52,19 +51,24 @@ class _RowState(NamedTuple):
 def _decode_rows(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
                  choose: ChooseFn | None, key: jax.Array, *, max_length: int, eos_id: int,
                  pad_id: int, min_length: jax.Array, forced_eos: bool = False,
-                 forced_bos: int | None = None, fresh: bool = False) -> _RowState:
+                 forced_bos: int | None = None, no_repeat_ngram: int = 0,
+                 fresh: bool = False) -> _RowState:
     """Extend N rows with ``choose(log_probs, key_of_step)`` (None: the argmax, read from the
     step's candidates) until EOS or their cap (with ``forced_eos`` the token at the cap is EOS,
-    see ``beam_search``; ``forced_bos``: the first token, log-prob 0; ``fresh``: an empty
-    cache that may grow in segments, see ``beam_search``)."""
+    see ``beam_search``; ``forced_bos``: the first token, log-prob 0; ``no_repeat_ngram``: the
+    argmax never repeats an n-gram of the row, see ``beam_search``; ``fresh``: an empty cache
+    that may grow in segments, see ``beam_search``)."""
     rows = start.shape[0]
     positions = jnp.arange(max_length, dtype=jnp.int32)                         # [L]
 
     def argmax_step(state: _RowState, new_length: jax.Array):
         """(token int32[N], its log-prob float32[N], cache): the first largest log-prob,
         from the step's best non-EOS candidate and the EOS log-prob (``step_candidates``)."""
-        top, cache = step_candidates(step_fn, params, state.cache, state.last_tokens, 1,
-                                     (eos_id,))
+        history = jnp.concatenate([start[:, None], jnp.where(
+            positions < state.step, state.tokens, -1)], 1)                      # [N, 1+L]
+        top, cache = step_candidates_without_repeats(
+            step_fn, params, state.cache, state.last_tokens, 1, (eos_id,), history,
+            no_repeat_ngram)
         best, best_id, eos_lp = top.values[:, 0], top.ids[:, 0], top.kept[:, 0]  # [N] each
         eos_lp = jnp.where(new_length >= min_length, eos_lp, NEG_INF)
         if forced_eos:   # at the cap only EOS (log-prob 0), as ``force_eos``
@@ -138,10 +142,12 @@ def _checked_start(step_fn: StepFn, params: PyTree, cache: PyTree,
 def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | jax.Array, *,
                   max_length: int, eos_id: int, max_lengths: jax.Array | None = None,
                   pad_id: int = 0, min_length: int | jax.Array = 0,
-                  forced_eos: bool = False, forced_bos: int | None = None) -> DecodeOutput:
+                  forced_eos: bool = False, forced_bos: int | None = None,
+                  no_repeat_ngram: int = 0) -> DecodeOutput:
     """Argmax decoding of B rows (arguments as ``beam_search``; ``forced_eos``: the token at
     a row's cap is EOS, as transformers' ``forced_eos_token_id``; ``forced_bos``: the first
-    token, as its ``forced_bos_token_id``).
+    token, as its ``forced_bos_token_id``; ``no_repeat_ngram``: its
+    ``no_repeat_ngram_size``).
 
     Ids and ``max_length`` are checked as in ``beam_search`` (``ValueError``).
 
@@ -153,7 +159,7 @@ def greedy_search(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: 
                    length_caps(max_lengths, max_length, batch), jnp.int32(min_length),
                    jax.random.key(0), sampling=None, num_samples=1, max_length=max_length,
                    eos_id=eos_id, pad_id=pad_id, forced_eos=forced_eos, forced_bos=forced_bos,
-                   fresh=may_grow(step_fn, start_tokens))
+                   no_repeat_ngram=int(no_repeat_ngram), fresh=may_grow(step_fn, start_tokens))
 
 
 def _sampler(temperature: float, top_k: int, top_p: float) -> ChooseFn:
@@ -203,12 +209,13 @@ def sample(step_fn: StepFn, params: PyTree, cache: PyTree, start_tokens: int | j
 
 @functools.partial(jax.jit, static_argnames=(
     "step_fn", "sampling", "num_samples", "max_length", "eos_id", "pad_id", "forced_eos",
-    "forced_bos", "fresh"))
+    "forced_bos", "no_repeat_ngram", "fresh"))
 def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, caps: jax.Array,
             min_length: jax.Array, rng: jax.Array, *,
             sampling: tuple[float, int, float] | None, num_samples: int, max_length: int,
             eos_id: int, pad_id: int, forced_eos: bool = False,
-            forced_bos: int | None = None, fresh: bool = False) -> DecodeOutput:
+            forced_bos: int | None = None, no_repeat_ngram: int = 0,
+            fresh: bool = False) -> DecodeOutput:
     """Greedy (``sampling=None``) or sampled with (temperature, top_k, top_p) decoding of
     ``num_samples`` copies of each row: start int32[B], caps int32[B]; ``fresh``: an empty
     cache (it may grow in segments)."""
@@ -218,7 +225,8 @@ def _decode(step_fn: StepFn, params: PyTree, cache: PyTree, start: jax.Array, ca
         step_fn, params, repeat_cache(cache, num_samples), jnp.repeat(start, num_samples),
         jnp.repeat(caps, num_samples), choose, rng,
         max_length=max_length, eos_id=eos_id, pad_id=pad_id, min_length=min_length,
-        forced_eos=forced_eos, forced_bos=forced_bos, fresh=fresh)
+        forced_eos=forced_eos, forced_bos=forced_bos, no_repeat_ngram=no_repeat_ngram,
+        fresh=fresh)
     return DecodeOutput(
         final.tokens.reshape(batch, num_samples, max_length),                   # [B, n, L]
         final.logp.reshape(batch, num_samples),                                 # [B, n]

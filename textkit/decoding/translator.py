@@ -96,14 +96,15 @@ def default_max_length(src_length: int) -> int:
 
 @functools.partial(jax.jit, static_argnames=(
     "model", "max_length", "beam_size", "n_best", "bos_id", "eos_id", "pad_id", "banned_ids",
-    "forced_eos", "forced_bos", "hf_compatible", "early_stopping", "grow_cache"))
+    "forced_eos", "forced_bos", "no_repeat_ngram", "hf_compatible", "early_stopping",
+    "grow_cache"))
 def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array,
                       caps: jax.Array, alpha: jax.Array, length_offset: jax.Array,
                       min_length: jax.Array | int = 0, *, max_length: int,
                       beam_size: int, n_best: int, bos_id: int, eos_id: int,
                       pad_id: int, banned_ids: tuple[int, ...] = (), forced_eos: bool = False,
-                      forced_bos: int | None = None, hf_compatible: bool = False,
-                      early_stopping: bool | str = False,
+                      forced_bos: int | None = None, no_repeat_ngram: int = 0,
+                      hf_compatible: bool = False, early_stopping: bool | str = False,
                       grow_cache: bool = True) -> DecodeOutput:
     """Encode src_tokens int32[B, S] and beam-search at most caps int32[B] tokens per row, EOS
     allowed from ``min_length`` int32[] tokens on (``hf_compatible`` with ``beam_size`` 1:
@@ -123,12 +124,14 @@ def encode_and_search(model: Seq2SeqModel, params: PyTree, src_tokens: jax.Array
     if hf_compatible and beam_size == 1:
         return greedy_search(step, params, cache, bos_id, max_length=max_length, eos_id=eos_id,
                              max_lengths=caps, pad_id=pad_id, min_length=min_length,
-                             forced_eos=forced_eos, forced_bos=forced_bos)
+                             forced_eos=forced_eos, forced_bos=forced_bos,
+                             no_repeat_ngram=no_repeat_ngram)
     return beam_search(step, params, cache, bos_id, beam_size=beam_size,
                        max_length=max_length, eos_id=eos_id, alpha=alpha,
                        length_offset=length_offset, n_best=n_best,
                        max_lengths=caps, pad_id=pad_id, min_length=min_length,
-                       forced_eos=forced_eos, forced_bos=forced_bos, hf_finish=hf_compatible,
+                       forced_eos=forced_eos, forced_bos=forced_bos,
+                       no_repeat_ngram=no_repeat_ngram, hf_finish=hf_compatible,
                        early_stopping=early_stopping)
 
 
@@ -176,6 +179,8 @@ class Translator:
         0, counted in the length penalty, as transformers' ``forced_bos_token_id``); it is
         removed from the returned ids and text.
       min_length: output tokens before EOS may end a hypothesis.
+      no_repeat_ngram: n > 0: no output repeats one of its own n-grams (transformers'
+        ``no_repeat_ngram_size``).
       hf_compatible: search as transformers' ``generate`` (see the module docstring).
       early_stopping: with ``hf_compatible``, transformers' beam finishing rule (False, True
         or "never"; ``textkit.decoding.generation_config``).
@@ -192,7 +197,7 @@ class Translator:
                  src_append_eos: bool = False, on_long_source: str = "truncate",
                  max_source_length: int | None = None, banned_ids: Sequence[int] = (),
                  forced_eos: bool = False, forced_bos: int | None = None,
-                 min_length: int = 0, hf_compatible: bool = False,
+                 min_length: int = 0, no_repeat_ngram: int = 0, hf_compatible: bool = False,
                  early_stopping: bool | str = False, quantize: str | None = None,
                  grow_cache: bool = True) -> None:
         if batch_size < 1 or bucket_round_to < 1 or beam_size < 1:
@@ -236,6 +241,7 @@ class Translator:
         self.forced_eos, self.hf_compatible = bool(forced_eos), bool(hf_compatible)
         self.min_length, self.early_stopping = int(min_length), early_stopping
         self.forced_bos = None if forced_bos is None else int(forced_bos)
+        self.no_repeat_ngram = int(no_repeat_ngram)
         self.src_pad_id = _special(src_tokenizer, "pad_id", "source")
         start = getattr(config, "decoder_start_id", None)
         self.bos_id = _special(tgt_tokenizer, "bos_id", "target") if start is None else start
@@ -410,7 +416,8 @@ class Translator:
             jnp.int32(self.min_length), max_length=max_length,
             beam_size=self.beam_size, n_best=1, bos_id=self.bos_id, eos_id=self.eos_id,
             pad_id=self.pad_id, banned_ids=self.banned_ids, forced_eos=self.forced_eos,
-            forced_bos=self.forced_bos, hf_compatible=self.hf_compatible,
+            forced_bos=self.forced_bos, no_repeat_ngram=self.no_repeat_ngram,
+            hf_compatible=self.hf_compatible,
             early_stopping=self.early_stopping, grow_cache=self.grow_cache)
 
     def _collect(self, group: list[int], out: Any, results: list[list[int]]) -> None:
@@ -426,7 +433,7 @@ class Translator:
 TRANSLATOR_APPLIES = frozenset({
     "max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams",
     "early_stopping", "length_penalty", "eos_ids", "banned_ids", "forced_eos_id",
-    "forced_bos_id", "decoder_start_id"})
+    "forced_bos_id", "decoder_start_id", "no_repeat_ngram_size"})
 """The ``GenerationConfig`` fields ``translator_options`` maps (others are warned about)."""
 
 
@@ -454,6 +461,8 @@ def translator_options(config: GenerationConfig, eos_id: int | None = None,
         options["min_length"] = config.min_tokens(1)
     if config.forced_bos_id is not None:
         options["forced_bos"] = config.forced_bos_id
+    if config.no_repeat_ngram_size:
+        options["no_repeat_ngram"] = config.no_repeat_ngram_size
     if config.early_stopping is not False:
         options["early_stopping"] = config.early_stopping
     return options
