@@ -124,11 +124,18 @@ def _check_lengths(generator: Any, prompts: Sequence[Any], args: argparse.Namesp
     limit = generator.model.config.max_positions
     if limit is None:
         return
-    new = generator.config.max_new_tokens
-    given = (f"--max-new-tokens {new}" if args.max_new_tokens is not None else
-             f"max_new_tokens {new} (the checkpoint's; --max-new-tokens sets it)")
-    room = limit - new
-    if room < 1:
+    config = generator.config
+    if args.max_new_tokens is not None:
+        given = f"--max-new-tokens {config.max_new_tokens}"
+    elif config.max_new_tokens is not None:
+        given = (f"max_new_tokens {config.max_new_tokens} (the checkpoint's; --max-new-tokens "
+                 f"sets it)")
+    elif config.max_length is not None:
+        given = (f"max_length {config.max_length} (the checkpoint's, prompt included; "
+                 f"--max-new-tokens sets the new tokens)")
+    else:
+        given = f"max_new_tokens {config.new_tokens(0)} (the default; --max-new-tokens sets it)"
+    if config.max_length is None and limit - config.new_tokens(0) < 1:
         raise ConfigError(f"{given}: the model takes {limit} positions in all, prompt "
                           f"included; expected --max-new-tokens <= {limit - 1}")
     if args.truncate:
@@ -139,6 +146,7 @@ def _check_lengths(generator: Any, prompts: Sequence[Any], args: argparse.Namesp
         if length == 0 and generator.tokenizer.bos_id is None:
             raise ConfigError(f"{where(index)}: the prompt is empty and the checkpoint's "
                               "tokenizer has no BOS token to start from; expected text")
+        room = limit - config.new_tokens(length)
         if length > room:
             raise ConfigError(f"{where(index)}: the prompt has {length} tokens, but the model "
                               f"takes {limit} positions and {given} leaves {room} for the "
