@@ -115,24 +115,14 @@ def _config(hf: Mapping[str, Any], root: str | os.PathLike, architecture: str,
     ``UnsupportedArchitectureError`` names the first option textkit does not implement."""
     root = Path(root)
     mbart = architecture == "mbart"
-    activation = seq2seq.check_fairseq_config(hf, root, "mBART" if mbart else "BART", "gelu", {
+    options = seq2seq.fairseq_options(hf, root, "mBART" if mbart else "BART", "gelu", {
         "normalize_before": mbart, "add_final_layer_norm": mbart, "normalize_embedding": True,
         "static_position_embeddings": False, "add_bias_logits": False})
-    vocab = int(hf["vocab_size"])
-    options = dict(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=True,
-        tie_output=bool(hf.get("tie_word_embeddings", True)), d_model=int(hf["d_model"]),
-        num_heads=int(hf["encoder_attention_heads"]), d_ff=int(hf["encoder_ffn_dim"]),
-        num_encoder_layers=int(hf["encoder_layers"]),
-        num_decoder_layers=int(hf["decoder_layers"]), dropout=float(hf.get("dropout", 0.1)),
-        attention_dropout=float(hf.get("attention_dropout", 0.0)), pre_norm=mbart,
-        final_norm=mbart, positions="learned", position_offset=POSITION_OFFSET,
-        max_len=int(hf.get("max_position_embeddings", 1024)), activation=activation,
-        layer_norm_epsilon=LAYER_NORM_EPSILON, scale_embedding=bool(hf.get("scale_embedding",
-                                                                           False)),
-        final_logits_bias=True, embedding_norm=True,
-        decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
-        pad_id=int(hf.get("pad_token_id", 1)), architecture=architecture)
+    options.update(
+        pre_norm=mbart, final_norm=mbart, positions="learned", position_offset=POSITION_OFFSET,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        scale_embedding=bool(hf.get("scale_embedding", False)), final_logits_bias=True,
+        embedding_norm=True, architecture=architecture)
     options.update(overrides)
     return TransformerConfig(**options)
 

@@ -64,21 +64,12 @@ def m2m100_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
     """``TransformerConfig`` of an M2M100 ``config.json`` dict (``UnsupportedArchitectureError``
     names the first option textkit does not implement); ``overrides`` replace fields."""
     root = Path(root)
-    activation = seq2seq.check_fairseq_config(hf, root, "M2M100", "relu", {})
-    vocab = int(hf["vocab_size"])
-    options = dict(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=True,
-        tie_output=bool(hf.get("tie_word_embeddings", True)), d_model=int(hf["d_model"]),
-        num_heads=int(hf["encoder_attention_heads"]), d_ff=int(hf["encoder_ffn_dim"]),
-        num_encoder_layers=int(hf["encoder_layers"]),
-        num_decoder_layers=int(hf["decoder_layers"]), dropout=float(hf.get("dropout", 0.1)),
-        attention_dropout=float(hf.get("attention_dropout", 0.0)), pre_norm=True,
-        final_norm=True, positions="sinusoidal", position_offset=POSITION_OFFSET,
-        max_len=int(hf.get("max_position_embeddings", 1024)), activation=activation,
+    options = seq2seq.fairseq_options(hf, root, "M2M100", "relu", {})
+    options.update(
+        pre_norm=True, final_norm=True, positions="sinusoidal", position_offset=POSITION_OFFSET,
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         scale_embedding=bool(hf.get("scale_embedding", True)), final_logits_bias=False,
-        decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
-        pad_id=int(hf.get("pad_token_id", 1)), architecture="m2m_100")
+        architecture="m2m_100")
     options.update(overrides)
     return TransformerConfig(**options)
 

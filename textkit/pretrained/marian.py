@@ -63,9 +63,9 @@ def marian_config(hf: Mapping[str, Any], root: str | os.PathLike = ".",
     ``dropout``) replace fields."""
     root = Path(root)
     get = lambda key, default=None: hf.get(key, default)  # noqa: E731
-    activation = seq2seq.check_fairseq_config(hf, root, "Marian", "swish", {
+    activation = seq2seq.fairseq_options(hf, root, "Marian", "swish", {
         "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": False,
-        "static_position_embeddings": True, "add_bias_logits": False})
+        "static_position_embeddings": True, "add_bias_logits": False})["activation"]
     shared = bool(get("share_encoder_decoder_embeddings", True))
     vocab = int(get("vocab_size"))
     tgt_vocab = vocab if shared else int(get("decoder_vocab_size") or vocab)

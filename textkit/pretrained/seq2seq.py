@@ -50,7 +50,7 @@ from textkit.pretrained.weights import (
     write_tensors,
 )
 
-__all__ = ["Seq2SeqFamily", "Seq2SeqTokenizer", "check_fairseq_config", "embedding_layout",
+__all__ = ["Seq2SeqFamily", "Seq2SeqTokenizer", "fairseq_options", "embedding_layout",
            "fairseq_hf_config", "fairseq_weight_map",
            "load", "save_pretrained", "tied_names"]
 
@@ -187,12 +187,13 @@ def fairseq_weight_map(config: TransformerConfig) -> list[Entry]:
     return [Entry(*entry) for entry in entries]
 
 
-def check_fairseq_config(hf: Mapping[str, Any], root: Path, family: str,
-                         default_activation: str, fixed: Mapping[str, bool]) -> str:
-    """The checks every fairseq-descended ``config.json`` gets: equal encoder and decoder
-    heads and feed-forward sizes, a known activation, and each key of ``fixed`` (when there)
-    at the value the family has; ``UnsupportedArchitectureError`` names the key and value.
-    Returns the activation."""
+def fairseq_options(hf: Mapping[str, Any], root: Path, family: str,
+                    default_activation: str, fixed: Mapping[str, bool]) -> dict[str, Any]:
+    """The ``TransformerConfig`` fields every fairseq-descended ``config.json`` gives the same
+    way (one shared vocabulary, sizes, rates, the activation), after its checks: equal encoder
+    and decoder heads and feed-forward sizes, a known activation, and each key of ``fixed``
+    (when there) at the value the family has; ``UnsupportedArchitectureError`` names the key
+    and value."""
     for enc, dec in (("encoder_attention_heads", "decoder_attention_heads"),
                      ("encoder_ffn_dim", "decoder_ffn_dim")):
         if hf.get(enc) != hf.get(dec):
@@ -206,7 +207,17 @@ def check_fairseq_config(hf: Mapping[str, Any], root: Path, family: str,
         if key in hf and bool(hf[key]) != expected:
             raise unsupported(root, key, hf[key], f"{family} (and textkit's reading of it) "
                                                   f"has {expected}")
-    return activation
+    vocab = int(hf["vocab_size"])
+    return dict(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, share_embeddings=True,
+        tie_output=bool(hf.get("tie_word_embeddings", True)), d_model=int(hf["d_model"]),
+        num_heads=int(hf["encoder_attention_heads"]), d_ff=int(hf["encoder_ffn_dim"]),
+        num_encoder_layers=int(hf["encoder_layers"]),
+        num_decoder_layers=int(hf["decoder_layers"]), dropout=float(hf.get("dropout", 0.1)),
+        attention_dropout=float(hf.get("attention_dropout", 0.0)),
+        max_len=int(hf.get("max_position_embeddings", 1024)), activation=activation,
+        decoder_start_id=int(hf.get("decoder_start_token_id", 2)),
+        pad_id=int(hf.get("pad_token_id", 1)))
 
 
 def fairseq_hf_config(config: TransformerConfig, family: str,
