@@ -74,8 +74,12 @@ def test_glue_exports_name_what_the_label_codes_mean(dataset, names, tmp_path):
     task = SequenceClassificationTask(config, RunDir(tmp_path))
     task.label_names = ["0", "1"] if dataset != "glue_rte" else names   # as read from its files
     assert task.export_labels() == names
+    own_files = [tmp_path / "t.tsv", tmp_path / "v.tsv"]
+    for path in own_files:
+        path.write_text("a\tb\tlabel\nx\ty\t0\n")
     own = parse_config(SequenceClassificationTask.config_class, [
-        "--dataset", dataset, "--train-file", "t.tsv", "--pair-column", "b"])
+        "--dataset", dataset, "--train-file", str(own_files[0]), "--valid-file",
+        str(own_files[1]), "--pair-column", "b"])
     task = SequenceClassificationTask(own, RunDir(tmp_path))
     task.label_names = ["0", "1"]
     assert task.export_labels() == ["0", "1"]           # a file of one's own keeps its labels

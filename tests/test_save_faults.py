@@ -263,3 +263,23 @@ def test_run_main_works_off_the_main_thread():
     thread.start()
     thread.join()
     assert ran == [True]
+
+
+def test_asyncio_reports_of_abandoned_orbax_writes_are_dropped(tmp_path, capsys):
+    """A failed save's other writes fail unawaited; asyncio reports each when it is collected
+    (at exit, after the one error): those reports are dropped, any other task's kept."""
+    import logging
+
+    CheckpointManager(tmp_path / "ckpt").save(1, {"w": jnp.ones((4,))})
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(handler)
+    try:
+        logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                     "async_serialize_from_host() defined at .../orbax/checkpoint/x.py:1>>")
+        logger.error("Task exception was never retrieved\nfuture: <Task coro=<mine()>>")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage().splitlines()[-1] for r in records] == ["future: <Task coro=<mine()>>"]

@@ -94,11 +94,11 @@ def _add_flags(groups: dict[str, Any], config_cls: type, defaults: Any) -> None:
 
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line on stderr (the flag, what was
-    expected, where to look: ``PROG: error: MESSAGE (PROG --help lists the flags)``) and exit
-    status 2, instead of the usage block and the message."""
+    expected, where to look: ``error: MESSAGE (PROG --help lists the flags)``, as every
+    command's other errors begin) and exit status 2, instead of the usage block and the message."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+        self.exit(2, f"error: {message} ({self.prog} --help lists the flags)\n")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -81,7 +81,8 @@ class UnverifiedCheckpointError(CheckpointError):
 def _drop_closed_loop_reports() -> None:
     """When a save fails, the writes Orbax abandons still finish and call back into its closed
     event loop, each printing a ``RuntimeError: Event loop is closed`` traceback (before the
-    save raises, or after): drop those reports (and only those) from ``sys.unraisablehook``,
+    save raises, or after), and asyncio reports the failures of the writes nobody awaited: drop
+    those reports (and only those) from ``sys.unraisablehook`` and the ``asyncio`` logger,
     installed once per process by the first save."""
     previous = sys.unraisablehook
     if getattr(previous, "textkit_drops_closed_loop", False):
@@ -94,6 +95,16 @@ def _drop_closed_loop_reports() -> None:
 
     hook.textkit_drops_closed_loop = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_orbax_write_unretrieved)
+
+
+def _orbax_write_unretrieved(record: logging.LogRecord) -> bool:
+    """False for asyncio's "Task exception was never retrieved" report of an Orbax write (the
+    writes a failed save abandons, reported when they are collected, even at exit): the save
+    already raised one error for them."""
+    message = record.getMessage()
+    return not (message.startswith("Task exception was never retrieved")
+                and "orbax" in message)
 
 
 def _reason(error: Exception) -> str:
