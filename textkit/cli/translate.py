@@ -19,6 +19,13 @@ max_new_tokens, i.e. max_length - 1)::
     textkit-translate --pretrained opus-mt-en-de < sentences.txt
     textkit-translate --pretrained opus-mt-en-de --beam-size 1
 
+A T5-family checkpoint (T5, Flan-T5, mT5) reads its task from a text prefix: --prefix puts one
+before every source; --task names an entry of its config.json's task_specific_params, whose
+prefix and generation settings are applied::
+
+    textkit-translate --pretrained flan-t5-base --prefix "translate English to German: "
+    textkit-translate --pretrained t5-base --task translation_en_to_de
+
 --quantize int8 decodes with int8 weights (CPU inference; ``textkit.models.kernels.quantize_int8``).
 With --reference, cased and lowercased sacreBLEU scores and signatures go to stderr. A source
 longer than the model accepts is truncated with a warning naming its line (--on-long-source
@@ -58,12 +65,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     model.add_argument("--checkpoint", help="a training run's directory, or its runs folder "
                        "(e.g. runs/nmt_toy: the newest run, through its 'latest' link)")
     model.add_argument("--pretrained", help="an encoder-decoder checkpoint directory (Marian / "
-                       "OPUS-MT, BART, M2M100)")
+                       "OPUS-MT, BART, mBART-50, M2M100, NLLB, T5, Flan-T5, mT5)")
     languages = p.add_argument_group("languages (--pretrained multilingual checkpoints)")
     languages.add_argument("--src-lang-code", help="the source language code, in the "
                            "checkpoint family's spelling (M2M100 'en')")
     languages.add_argument("--tgt-lang-code", help="the target language code (its token is "
                            "forced first); default: the checkpoint's forced_bos_token_id")
+    tasks = p.add_argument_group("text-to-text tasks (--pretrained T5-family checkpoints)")
+    tasks.add_argument("--prefix", default=None,
+                       help="put before every source, e.g. 'translate English to German: ' "
+                            "(default: none, or --task's)")
+    tasks.add_argument("--task", default=None,
+                       help="an entry of config.json's task_specific_params, e.g. "
+                            "translation_en_to_de: its prefix and generation settings")
     data = p.add_argument_group("data")
     data.add_argument("--input", default="-", help="source sentences, one per line (-: stdin); "
                       "an empty line gives an empty translation")
@@ -100,16 +114,22 @@ def pretrained_translator(args: argparse.Namespace,
     the flags given override its generation defaults."""
     from textkit.pretrained import PretrainedError, load_translator
     from textkit.pretrained.errors import LanguageError
+    from textkit.pretrained.loader import task_settings
 
     given = {"beam_size": args.beam_size, "alpha": args.alpha, "max_length": args.max_length,
              "batch_size": args.batch_size, "quantize": args.quantize}
     options = {k: v for k, v in given.items() if v is not None}
     if args.one_cache_segment:
         options["grow_cache"] = False
+    if args.task is not None:
+        try:
+            task_settings(args.pretrained, args.task)
+        except PretrainedError as err:
+            raise ConfigError(f"--task {args.task}: {err}") from None
     try:
         translator, params = load_translator(
             args.pretrained, src_lang=args.src_lang_code, tgt_lang=args.tgt_lang_code,
-            on_long_source=args.on_long_source, **options)
+            prefix=args.prefix, task=args.task, on_long_source=args.on_long_source, **options)
     except LanguageError as err:
         raise ConfigError(f"--src-lang-code / --tgt-lang-code: {err}") from None
     except PretrainedError as err:
@@ -149,6 +169,12 @@ def translate(argv: Sequence[str] | None = None) -> None:
     for name, path in (("--checkpoint", args.checkpoint), ("--pretrained", args.pretrained)):
         if path is not None and not Path(path).is_dir():
             raise ConfigError(f"{name} {path}: no such directory")
+    given = [flag for flag, value in (("--prefix", args.prefix), ("--task", args.task),
+                                      ("--src-lang-code", args.src_lang_code),
+                                      ("--tgt-lang-code", args.tgt_lang_code)) if value]
+    if args.checkpoint is not None and given:
+        raise ConfigError(f"{' and '.join(given)}: for --pretrained checkpoints; a training "
+                          f"run of --checkpoint takes none")
     if args.output != "-" and not Path(args.output).resolve().parent.is_dir():
         raise ConfigError(f"--output {args.output}: its folder does not exist")
     sources = read_stdin_lines() if args.input == "-" else read_lines(args.input)

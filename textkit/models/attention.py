@@ -225,28 +225,27 @@ def fused_attention(query: Array, key: Array, value: Array, mask: Array | None,
                     scale: float) -> Array:
     """``jax.nn.dot_product_attention`` on heads-major inputs: query [B, H, Q, Dh], key and
     value [B, H, K, Dh] in the compute dtype, mask bool broadcastable to [B, H, Q, K] ->
-    float32 [B, H, Q, Dh]. Scores are ``q . k * scale / sqrt(Dh)``; the softmax runs in float32
-    inside the kernel."""
+    float32 [B, H, Q, Dh]. Scores are ``q . k * scale``; the softmax runs in float32 inside
+    the kernel."""
     dtype = key.dtype
-    depth = query.shape[-1]
     out = jax.nn.dot_product_attention(
         jnp.swapaxes(query, 1, 2).astype(dtype), jnp.swapaxes(key, 1, 2),    # [B, Q|K, H, Dh]
         jnp.swapaxes(value, 1, 2).astype(dtype), mask=mask,
-        scale=float(scale * depth ** -0.5))                                  # [B, Q, H, Dh]
+        scale=float(scale))                                                  # [B, Q, H, Dh]
     return jnp.swapaxes(out, 1, 2).astype(jnp.float32)                      # [B, H, Q, Dh]
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | None, *,
                           depth_major_key: bool = False, dropout_rate: float = 0.0,
                           dropout_rng: Array | None = None, deterministic: bool = True,
-                          scale: float = 1.0, bias: Array | None = None) -> Array:
+                          scale: float | None = None, bias: Array | None = None) -> Array:
     """Scaled dot-product attention, heads-major.
 
     query [B, H, Q, Dh], key [B, H, K, Dh] (``depth_major_key``: [B, H, Dh, K]), value
     [B, H, K, Dh] (any float dtype; projections arrive from compute-dtype matmuls), mask bool
     broadcastable to [B, H, Q, K] or None -> float32 [B, H, Q, Dh]. Scores are
-    ``q . k * scale / sqrt(Dh)`` plus ``bias`` (float32 broadcastable to [B, H, Q, K], e.g.
-    ``disentangled_bias``).
+    ``q . k * scale`` (``scale`` None: 1 / sqrt(Dh)) plus ``bias`` (float32 broadcastable to
+    [B, H, Q, K], e.g. ``disentangled_bias``).
 
     Where ``fused_attention_applies`` (16-bit keys on a GPU), ``fused_attention`` computes it
     without materialising the scores. Elsewhere the two batched products run in float32 on
@@ -254,11 +253,13 @@ def dot_product_attention(query: Array, key: Array, value: Array, mask: Array | 
     of the FLOPs at translation lengths (4*T*d per token against 24*d^2).
     """
     dropping = not deterministic and dropout_rate > 0.0
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
     if fused_attention_applies(query, key, bias=bias, depth_major_key=depth_major_key,
                                dropping=dropping):
         return fused_attention(query, key, value, mask, scale)
-    depth = query.shape[-1]
-    query = query.astype(jnp.float32) * np.float32(scale * depth ** -0.5)
+    query = query.astype(jnp.float32)
+    if scale != 1.0:
+        query = query * np.float32(scale)
     spec = "bhqd,bhdk->bhqk" if depth_major_key else "bhqd,bhkd->bhqk"
     scores = jnp.einsum(spec, query, key.astype(jnp.float32))
     if bias is not None:
@@ -319,10 +320,11 @@ class MultiHeadAttention(nn.Module):
 
     Self-attention (``cross=False``) projects queries, keys and values with one fused kernel
     [D, 3, H, Dh]; cross-attention (``cross=True``) has a query kernel [D, H, Dh] and a fused
-    key/value kernel [D, 2, H, Dh]. The output kernel is [H, Dh, D]. ``use_bias``,
-    ``rotary_theta``, ``window`` and ``relative`` are the encoder families' options (module
-    docstring); ``relative`` without ``share_key`` adds ``pos_query`` / ``pos_key`` kernels
-    [D, H, Dh].
+    key/value kernel [D, 2, H, Dh]. The output kernel is [H, Dh, D]. ``head_dim``: Dh (None:
+    d_model / H); ``scaled=False``: scores are ``q . k`` without the 1/sqrt(Dh) (T5's).
+    ``use_bias``, ``rotary_theta``, ``window`` and ``relative`` are the encoder families'
+    options (module docstring); ``relative`` without ``share_key`` adds ``pos_query`` /
+    ``pos_key`` kernels [D, H, Dh].
     """
 
     num_heads: int
@@ -334,12 +336,19 @@ class MultiHeadAttention(nn.Module):
     rotary_theta: float | None = None
     window: int | None = None
     relative: Disentangled | None = None
+    head_dim: int | None = None
+    scaled: bool = True
+
+    @property
+    def depth(self) -> int:
+        """Dh, the size of each head."""
+        return self.head_dim or self.d_model // self.num_heads
 
     def setup(self):
-        if self.d_model % self.num_heads:
+        if self.head_dim is None and self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
-        shape = (self.num_heads, self.d_model // self.num_heads)
+        shape = (self.num_heads, self.depth)
         dense = dict(policy=self.policy, use_bias=self.use_bias)
         if self.cross:
             self.query = Dense(shape, **dense)
@@ -380,7 +389,8 @@ class MultiHeadAttention(nn.Module):
                  depth_major_key: bool = False, deterministic: bool = True,
                  relative_embeddings: Array | None = None,
                  rotary_positions: Array | None = None,
-                 queries: Array | None = None) -> Array | tuple[Array, dict[str, Array]]:
+                 queries: Array | None = None,
+                 bias: Array | None = None) -> Array | tuple[Array, dict[str, Array]]:
         """Attend ``inputs_q`` float32[N, Q, D]; returns float32[N, Q, D].
 
         Self-attention takes keys from ``inputs_q`` under ``mask``; with ``cache`` and
@@ -400,64 +410,99 @@ class MultiHeadAttention(nn.Module):
         ``queries`` int[N, Q'] (self-attention without cache): only the rows of ``inputs_q`` at
         these positions are queries (keys and values come from every row; ``mask`` is over
         those queries, broadcastable to [N, H, Q', Q]) -> float32[N, Q', D].
+
+        ``bias``: float32 scores added before the softmax, broadcastable to [N, H, Q, K]
+        (a beam step: [B, H, 1, K * L] over the slot cache), e.g. T5's relative position bias.
         """
-        compute = self.policy.compute_dtype
-        depth_major_key = depth_major_key or cache is not None
-        bias = None
         if self.cross:
-            query = self.query(inputs_q)
-            key, value = kv
+            query, (key, value) = self.query(inputs_q), kv
+        elif cache is not None:
+            query, key, value, mask, cache = self._cached_self(inputs_q, mask, cache,
+                                                               positions, beams)
+            depth_major_key = True
         else:
-            length = inputs_q.shape[1]
-            if queries is None:
-                qkv = self.qkv(inputs_q)  # f32 [N, Q, 3, H, Dh]
-                query, key, value = (qkv[..., i, :, :] for i in range(3))
-            else:
-                query = self.qkv(take_rows(inputs_q, queries), part=slice(0, 1))[..., 0, :, :]
-                kv = self.qkv(inputs_q, part=slice(1, 3))  # f32 [N, Q, 2, H, Dh]
-                key, value = kv[..., 0, :, :], kv[..., 1, :, :]
-            if self.rotary_theta is not None:
-                if rotary_positions is None:
-                    rotary_positions = jnp.broadcast_to(jnp.arange(length), inputs_q.shape[:2])
-                inverse = rope_frequencies(query.shape[-1], self.rotary_theta)
-                query = rotary(query, rotary_positions if queries is None
-                               else take_rows(rotary_positions, queries), inverse)
-                key = rotary(key, rotary_positions, inverse)
-            if self.window is not None:
-                band = window_mask(length, self.window, queries)
-                mask = band if mask is None else mask & band
-            if self.relative is not None:
-                pos_query, pos_key = self._relative_projections(relative_embeddings)
-                bias = disentangled_bias(heads_major(query), heads_major(key), pos_query,
-                                         pos_key, self.relative, queries)
-            # Keys/values are rounded to the compute dtype as the decoding cache stores them.
-            key, value = key.astype(compute), value.astype(compute)
-            if cache is not None and beams is not None:
-                cache = update_slot_cache(cache, group_beams(key, beams),
-                                          group_beams(value, beams), positions)
-                key = cache["key"].reshape(*cache["key"].shape[:3], -1)      # [B, H, Dh, K*L]
-                value = cache["value"].reshape(*cache["value"].shape[:2], -1,
-                                               cache["value"].shape[-1])     # [B, H, K*L, Dh]
-            elif cache is not None:
-                cache = update_cache(cache, heads_major(key), heads_major(value), positions)
-                key, value = cache["key"], cache["value"]
-                mask = position_mask(positions, key.shape[-1])
-            else:
-                key, value = heads_major(key), heads_major(value)
+            query, key, value, mask, relative_bias = self._full_self(
+                inputs_q, mask, relative_embeddings, rotary_positions, queries)
+            if relative_bias is not None:
+                bias = relative_bias if bias is None else bias + relative_bias
+        out = self._attend(query, key, value, mask, bias, beams, depth_major_key,
+                           deterministic)
+        return out if cache is None else (out, cache)
+
+    def _full_self(self, inputs_q: Array, mask: Array | None, relative_embeddings: Array | None,
+                   rotary_positions: Array | None, queries: Array | None) -> tuple:
+        """Self-attention over a full sequence: (query float32 [N, Q, H, Dh], key and value
+        [N, H, L, Dh] in the compute dtype, mask, DeBERTa's relative score bias or None)."""
+        length = inputs_q.shape[1]
+        if queries is None:
+            qkv = self.qkv(inputs_q)                                   # f32 [N, Q, 3, H, Dh]
+            query, key, value = (qkv[..., i, :, :] for i in range(3))
+        else:
+            query = self.qkv(take_rows(inputs_q, queries), part=slice(0, 1))[..., 0, :, :]
+            kv = self.qkv(inputs_q, part=slice(1, 3))                  # f32 [N, L, 2, H, Dh]
+            key, value = kv[..., 0, :, :], kv[..., 1, :, :]
+        if self.rotary_theta is not None:
+            if rotary_positions is None:
+                rotary_positions = jnp.broadcast_to(jnp.arange(length), inputs_q.shape[:2])
+            inverse = rope_frequencies(query.shape[-1], self.rotary_theta)
+            query = rotary(query, rotary_positions if queries is None
+                           else take_rows(rotary_positions, queries), inverse)
+            key = rotary(key, rotary_positions, inverse)
+        if self.window is not None:
+            band = window_mask(length, self.window, queries)
+            mask = band if mask is None else mask & band
+        bias = None
+        if self.relative is not None:
+            pos_query, pos_key = self._relative_projections(relative_embeddings)
+            bias = disentangled_bias(heads_major(query), heads_major(key), pos_query, pos_key,
+                                     self.relative, queries)
+        # Keys/values are rounded to the compute dtype as the decoding cache stores them.
+        compute = self.policy.compute_dtype
+        return (query, heads_major(key.astype(compute)), heads_major(value.astype(compute)),
+                mask, bias)
+
+    def _cached_self(self, inputs_q: Array, mask: Array | None, cache: dict[str, Array],
+                     positions: Array, beams: int | None) -> tuple:
+        """One decoding step's self-attention: its key/value written into the cache; (query
+        float32 [N, 1, H, Dh], the cache's keys (depth-major) and values, mask, new cache)."""
+        compute = self.policy.compute_dtype
+        qkv = self.qkv(inputs_q)                                       # f32 [N, 1, 3, H, Dh]
+        query, key, value = (qkv[..., i, :, :] for i in range(3))
+        key, value = key.astype(compute), value.astype(compute)
+        if beams is not None:
+            cache = update_slot_cache(cache, group_beams(key, beams), group_beams(value, beams),
+                                      positions)
+            key = cache["key"].reshape(*cache["key"].shape[:3], -1)          # [B, H, Dh, K*L]
+            value = cache["value"].reshape(*cache["value"].shape[:2], -1,
+                                           cache["value"].shape[-1])         # [B, H, K*L, Dh]
+            return query, key, value, mask, cache
+        cache = update_cache(cache, heads_major(key), heads_major(value), positions)
+        mask = position_mask(positions, cache["key"].shape[-1])
+        return query, cache["key"], cache["value"], mask, cache
+
+    def _attend(self, query: Array, key: Array, value: Array, mask: Array | None,
+                bias: Array | None, beams: int | None, depth_major_key: bool,
+                deterministic: bool) -> Array:
+        """Scores, softmax and the output projection: query float32 [N, Q, H, Dh] -> float32
+        [N, Q, D]."""
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
+        if not self.scaled:
+            scale = 1.0
+        elif self.relative is not None:
+            scale = self.relative.scale * self.depth ** -0.5
+        else:
+            scale = None
         query = heads_major(query) if beams is None else group_beams(query, beams)
         out = dot_product_attention(query, key, value, mask, depth_major_key=depth_major_key,
                                     dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
-                                    deterministic=deterministic, bias=bias,
-                                    scale=1.0 if self.relative is None else self.relative.scale)
-        out = self.out(heads_major(out) if beams is None else ungroup_beams(out))  # [N, Q, D]
-        return out if cache is None else (out, cache)
+                                    deterministic=deterministic, bias=bias, scale=scale)
+        return self.out(heads_major(out) if beams is None else ungroup_beams(out))
 
     def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
         """Empty self-attention cache in compute dtype: key zeros [B, H, Dh, max_length],
         value zeros [B, H, max_length, Dh]."""
-        depth = self.d_model // self.num_heads
-        key = jnp.zeros((batch_size, self.num_heads, depth, max_length), self.policy.compute_dtype)
+        key = jnp.zeros((batch_size, self.num_heads, self.depth, max_length),
+                        self.policy.compute_dtype)
         return {"key": key, "value": jnp.swapaxes(key, 2, 3)}

@@ -37,7 +37,6 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from textkit.models.attention import dot_product_attention, rope_frequencies, rotary
 from textkit.models.config import ModelConfig
@@ -47,11 +46,11 @@ from textkit.models.layers import (
     Dropout,
     Embed,
     FeedForward,
-    LayerNorm,
+    RMSNorm,
     log_softmax,
+    make_norm,
 )
 from textkit.models.registry import register_preset
-from textkit.precision import Policy
 
 Array = jax.Array
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -127,29 +126,9 @@ class DecoderLMConfig(ModelConfig):
         return self.max_position_embeddings
 
 
-class RMSNorm(nn.Module):
-    """``x / rms(x) * (offset + scale)`` in float32 over the last axis (``offset`` 1: Gemma's
-    ``1 + w`` with its weights stored around 0). x float[..., D] -> [..., D] in the
-    activation dtype."""
-
-    policy: Policy = Policy()
-    epsilon: float = 1e-6
-    offset: float = 0.0
-
-    @nn.compact
-    def __call__(self, x: Array) -> Array:
-        init = nn.initializers.zeros if self.offset else nn.initializers.ones
-        scale = self.param("scale", init, (x.shape[-1],), self.policy.param_dtype)
-        x = x.astype(jnp.float32)
-        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.epsilon)
-        y = x * (np.float32(self.offset) + scale.astype(jnp.float32))
-        return y.astype(self.policy.activations)
-
-
 def _norm(config: DecoderLMConfig, name: str) -> nn.Module:
-    if config.norm == "layer":
-        return LayerNorm(config.policy, config.norm_epsilon, name=name)
-    return RMSNorm(config.policy, config.norm_epsilon, config.norm_offset, name=name)
+    return make_norm(config.norm, config.policy, config.norm_epsilon,
+                     offset=config.norm_offset, name=name)
 
 
 def attention_mask(query_slots: Array, key_slots: Array, key_valid: Array,

@@ -250,6 +250,40 @@ class LayerNorm(nn.Module):
         return y.astype(self.policy.activations)
 
 
+class RMSNorm(nn.Module):
+    """``x / rms(x) * (offset + scale)`` in float32 over the last axis (``offset`` 1: Gemma's
+    ``1 + w`` with its weights stored around 0). x float[..., D] -> [..., D] in the
+    activation dtype."""
+
+    policy: Policy = Policy()
+    epsilon: float = 1e-6
+    offset: float = 0.0
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        init = nn.initializers.zeros if self.offset else nn.initializers.ones
+        scale = self.param("scale", init, (x.shape[-1],), self.policy.param_dtype)
+        x = x.astype(jnp.float32)
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.epsilon)
+        y = x * (np.float32(self.offset) + scale.astype(jnp.float32))
+        return y.astype(self.policy.activations)
+
+
+NORMS = ("layer", "rms")
+"""The norms a layer can take: ``LayerNorm`` or ``RMSNorm``."""
+
+
+def make_norm(kind: str, policy: Policy, epsilon: float, use_bias: bool = True,
+              offset: float = 0.0, name: str | None = None) -> nn.Module:
+    """The norm of ``kind`` (``NORMS``): a ``LayerNorm`` (``use_bias``) or an ``RMSNorm``
+    (``offset``)."""
+    if kind == "layer":
+        return LayerNorm(policy, epsilon, use_bias, name=name)
+    if kind == "rms":
+        return RMSNorm(policy, epsilon, offset, name=name)
+    raise ValueError(f"unknown norm {kind!r}; expected one of {NORMS}")
+
+
 def sinusoidal_positions(length: int, dim: int, layout: str = "textkit") -> np.ndarray:
     """Sin/cos position table, float32 [length, dim], sin in the first half, cos in the second.
 
@@ -271,12 +305,13 @@ def sinusoidal_positions(length: int, dim: int, layout: str = "textkit") -> np.n
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)
 
 
-POSITION_KINDS = ("sinusoidal", "learned", "sinusoidal_marian")
+POSITION_KINDS = ("sinusoidal", "learned", "sinusoidal_marian", "none")
 
 
 class PositionEmbedding(nn.Module):
     """Adds position information: ``kind`` "sinusoidal" (fixed), "sinusoidal_marian" (fixed,
-    Marian's frequencies, see ``sinusoidal_positions``) or "learned" ([max_len + offset, dim]).
+    Marian's frequencies, see ``sinusoidal_positions``), "learned" ([max_len + offset, dim]) or
+    "none" (x unchanged: a model whose attention carries the positions, T5's).
     ``offset``: position p reads row p + offset (BART's learned table keeps two rows first).
 
     ``__call__(x float[B, T, D], positions int32[B, T]) -> [B, T, D]`` in x's dtype.
@@ -296,11 +331,13 @@ class PositionEmbedding(nn.Module):
         elif self.kind in ("sinusoidal", "sinusoidal_marian"):
             layout = "marian" if self.kind == "sinusoidal_marian" else "textkit"
             self.table = jnp.asarray(sinusoidal_positions(rows, self.features, layout))
-        else:
+        elif self.kind != "none":
             raise ValueError(f"unknown positions kind {self.kind!r}; expected one of "
                              f"{POSITION_KINDS}")
 
     def __call__(self, x: Array, positions: Array) -> Array:
+        if self.kind == "none":
+            return x
         if self.offset:
             positions = positions + self.offset
         rows = lookup(self.table, positions, "positions", "the max_len positions")

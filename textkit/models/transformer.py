@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from textkit.models.attention import (
     Disentangled,
@@ -39,16 +40,18 @@ from textkit.models.beam_cache import beam_cache, beam_step_inputs, reorder_beam
 from textkit.models.config import ModelConfig
 from textkit.models.layers import (
     ACTIVATIONS,
+    NORMS,
     POSITION_KINDS,
     Dense,
     Dropout,
     Embed,
     FeedForward,
-    LayerNorm,
     PositionEmbedding,
     log_softmax,
+    make_norm,
 )
 from textkit.models.registry import register_preset
+from textkit.models.relative_bias import RelativePositionBias
 from textkit.precision import Policy
 
 Array = jax.Array
@@ -91,7 +94,7 @@ class TransformerStackConfig(ModelConfig):
         return self.max_len
 
 
-ARCHITECTURES = ("transformer", "marian", "bart", "mbart", "m2m_100")
+ARCHITECTURES = ("transformer", "marian", "bart", "mbart", "m2m_100", "t5", "mt5")
 """``TransformerConfig.architecture``: textkit's own, or the checkpoint family it was read
 from (``textkit.pretrained.seq2seq`` writes it back in that family's layout)."""
 
@@ -111,11 +114,18 @@ class TransformerConfig(TransformerStackConfig):
     ``ff_bias`` / ``norm_bias``, ``activation``. ``final_logits_bias`` adds a bias [V] to the
     logits (Marian's, also with tied output); ``decoder_start_id`` is the first decoder input
     when decoding (None: the target tokenizer's ``bos_id``; Marian starts with its pad id).
+    T5's axes: ``norm`` ("layer" or "rms"), ``head_dim`` (None: d_model / heads),
+    ``scaled_attention`` (False: no 1/sqrt(head_dim)), ``gated_ff`` (a gated feed-forward,
+    ``act(wi_0 x) * wi_1 x``), ``relative_buckets`` (> 0: a bucketed relative position bias
+    per stack, ``relative_bias``, up to ``relative_max_distance``; positions "none" then) and
+    ``scale_decoder_output`` (the decoder's output times d_model^-0.5 before the head, T5
+    v1.0's tied head).
     """
 
     tiny: ClassVar[Mapping[str, Any]] = {"d_model": 16, "num_heads": 2, "d_ff": 32,
                                          "num_encoder_layers": 1, "num_decoder_layers": 1}
-    _choices = {**TransformerStackConfig._choices, "architecture": ARCHITECTURES}
+    _choices = {**TransformerStackConfig._choices, "architecture": ARCHITECTURES,
+                "norm": NORMS}
 
     src_vocab_size: int = 32000
     tgt_vocab_size: int = 32000
@@ -132,6 +142,13 @@ class TransformerConfig(TransformerStackConfig):
     attention_bias: bool = True
     ff_bias: bool = True
     norm_bias: bool = True
+    norm: str = "layer"
+    head_dim: int | None = None
+    scaled_attention: bool = True
+    gated_ff: bool = False
+    relative_buckets: int = 0
+    relative_max_distance: int = 128
+    scale_decoder_output: bool = False
 
     @property
     def has_final_norm(self) -> bool:
@@ -142,6 +159,13 @@ class TransformerConfig(TransformerStackConfig):
         super()._validate()
         if self.position_offset < 0:
             raise ValueError(f"position_offset={self.position_offset}; expected >= 0")
+        if self.relative_buckets < 0 or (self.relative_buckets and (
+                self.relative_buckets < 4 or self.relative_max_distance < 2)):
+            raise ValueError(f"relative_buckets={self.relative_buckets}, relative_max_distance="
+                             f"{self.relative_max_distance}; expected 0 (none) or >= 4 buckets "
+                             f"up to a distance >= 2")
+        if self.head_dim is not None and self.head_dim < 1:
+            raise ValueError(f"head_dim={self.head_dim}; expected >= 1 or None")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, got "
@@ -178,25 +202,33 @@ class TransformerLayer(nn.Module):
     window: int | None = None
     relative: Disentangled | None = None
     """Self-attention options (``attention.MultiHeadAttention``)."""
+    head_dim: int | None = None
+    scaled_attention: bool = True
+    """Attention options of both attentions: the head size (None: d_model / heads) and
+    whether scores are scaled by 1/sqrt(head size) (T5's are not)."""
+    norm: str = "layer"
+    """"layer" (``LayerNorm``) or "rms" (``RMSNorm``: no mean, no bias; T5's)."""
 
     def setup(self):
         attention = dict(num_heads=self.num_heads, d_model=self.d_model, policy=self.policy,
-                         dropout_rate=self.attention_dropout, use_bias=self.attention_bias)
-        norm = dict(policy=self.policy, epsilon=self.layer_norm_epsilon,
-                    use_bias=self.norm_bias)
+                         dropout_rate=self.attention_dropout, use_bias=self.attention_bias,
+                         head_dim=self.head_dim, scaled=self.scaled_attention)
         self.self_attention = MultiHeadAttention(rotary_theta=self.rotary_theta,
                                                  window=self.window, relative=self.relative,
                                                  **attention)
         if self.attention_norm:
-            self.self_norm = LayerNorm(**norm)
+            self.self_norm = self._norm()
         if self.cross:
             self.cross_attention = MultiHeadAttention(cross=True, **attention)
-            self.cross_norm = LayerNorm(**norm)
+            self.cross_norm = self._norm()
         ff_dropout = self.dropout if self.ff_dropout is None else self.ff_dropout
         self.feed_forward = FeedForward(self.d_ff, ff_dropout, self.policy, self.activation,
                                         gated=self.gated_ff, use_bias=self.ff_bias)
-        self.ff_norm = LayerNorm(**norm)
+        self.ff_norm = self._norm()
         self.drop = Dropout(self.dropout)
+
+    def _norm(self) -> nn.Module:
+        return make_norm(self.norm, self.policy, self.layer_norm_epsilon, self.norm_bias)
 
     def _residual(self, x, sublayer, norm, deterministic, rows=None):
         """The sub-layer's residual block over x [B, L, D]; ``rows`` int[B, Q]: the sub-layer
@@ -211,7 +243,8 @@ class TransformerLayer(nn.Module):
                  cache: dict[str, Array] | None = None, positions: Array | None = None,
                  beams: int | None = None, deterministic: bool = True,
                  relative_embeddings: Array | None = None,
-                 rotary_positions: Array | None = None, queries: Array | None = None):
+                 rotary_positions: Array | None = None, queries: Array | None = None,
+                 bias: Array | None = None):
         """Full sequence (``cache`` None) -> x; one decoding step -> (x, cache).
 
         ``memory_kv`` are this layer's cross-attention keys/values (``project_memory``; keys
@@ -221,6 +254,8 @@ class TransformerLayer(nn.Module):
         ``relative_embeddings`` / ``rotary_positions``: the self-attention's encoder options.
         ``queries`` int[B, Q] (full sequence, no cache): compute only the rows at these
         positions (keys and values from every row; ``mask`` over those queries) -> [B, Q, D].
+        ``bias``: float32 self-attention scores added before the softmax (T5's relative
+        position bias, ``relative_bias.RelativePositionBias``).
         """
         new_cache = None
 
@@ -229,9 +264,11 @@ class TransformerLayer(nn.Module):
             if cache is None:
                 return self.self_attention(h, mask, deterministic=deterministic,
                                            relative_embeddings=relative_embeddings,
-                                           rotary_positions=rotary_positions, queries=queries)
+                                           rotary_positions=rotary_positions, queries=queries,
+                                           bias=bias)
             out, new_cache = self.self_attention(h, mask, cache=cache, positions=positions,
-                                                 beams=beams, deterministic=deterministic)
+                                                 beams=beams, deterministic=deterministic,
+                                                 bias=bias)
             return out
 
         x = self._residual(x, self_attend, self.self_norm if self.attention_norm else None,
@@ -255,7 +292,8 @@ class TransformerLayer(nn.Module):
         return self.self_attention.init_cache(batch_size, max_length)
 
 
-LAYER_AXES = ("attention_bias", "ff_bias", "norm_bias")
+LAYER_AXES = ("attention_bias", "ff_bias", "norm_bias", "norm", "head_dim", "scaled_attention",
+              "gated_ff")
 """``TransformerConfig`` fields forwarded to every ``TransformerLayer`` under the same name."""
 
 
@@ -283,18 +321,24 @@ class Transformer(nn.Module):
                                                c.position_offset)
         self.tgt_positions = PositionEmbedding(c.positions, c.max_len, c.d_model, c.policy,
                                                c.position_offset)
-        norm = dict(policy=c.policy, epsilon=c.layer_norm_epsilon, use_bias=c.norm_bias)
+        norm = lambda: make_norm(c.norm, c.policy, c.layer_norm_epsilon,  # noqa: E731
+                                 c.norm_bias)
         if c.embedding_norm:
-            self.src_embed_norm = LayerNorm(**norm)
-            self.tgt_embed_norm = LayerNorm(**norm)
+            self.src_embed_norm = norm()
+            self.tgt_embed_norm = norm()
+        if c.relative_buckets:
+            relative = dict(num_heads=c.num_heads, buckets=c.relative_buckets,
+                            max_distance=c.relative_max_distance, policy=c.policy)
+            self.encoder_relative_bias = RelativePositionBias(bidirectional=True, **relative)
+            self.decoder_relative_bias = RelativePositionBias(bidirectional=False, **relative)
         self.encoder_layers = [TransformerLayer(**layer_options(c), name=f"encoder_{i}")
                                for i in range(c.num_encoder_layers)]
         self.decoder_layers = [TransformerLayer(**layer_options(c), cross=True,
                                                 name=f"decoder_{i}")
                                for i in range(c.num_decoder_layers)]
         if c.has_final_norm:
-            self.encoder_norm = LayerNorm(**norm)
-            self.decoder_norm = LayerNorm(**norm)
+            self.encoder_norm = norm()
+            self.decoder_norm = norm()
         if not c.tie_output:
             self.output = Dense(c.tgt_vocab_size, policy=c.policy, use_bias=False,
                                 dtype=jnp.float32)
@@ -323,16 +367,27 @@ class Transformer(nn.Module):
             x = self.src_embed_norm(x)
         x = self.drop(x, deterministic=deterministic)
         mask = padding_mask(src_tokens, c.pad_id)
+        length = src_tokens.shape[1]
+        bias = self.encoder_relative_bias(length, length) if c.relative_buckets else None
         for layer in self.encoder_layers:
-            x = layer(x, mask, deterministic=deterministic)
+            x = layer(x, mask, deterministic=deterministic, bias=bias)
         if c.has_final_norm:
             x = self.encoder_norm(x)
         return {"memory": x.astype(c.policy.output_dtype), "src_mask": src_tokens != c.pad_id}
 
-    def _logits(self, x: Array) -> Array:
+    def _head_inputs(self, x: Array) -> Array:
+        """The last decoder layer's output [N, T, D] as the head takes it: normed
+        (``has_final_norm``), times d_model^-0.5 (``scale_decoder_output``)."""
         c = self.config
         if c.has_final_norm:
             x = self.decoder_norm(x)
+        if c.scale_decoder_output:
+            x = x * np.float32(c.d_model ** -0.5)
+        return x
+
+    def _logits(self, x: Array) -> Array:
+        c = self.config
+        x = self._head_inputs(x)
         logits = self._target_embed().attend(x) if c.tie_output else self.output(x)
         if c.final_logits_bias:
             logits = logits + self.logits_bias.astype(jnp.float32)
@@ -345,11 +400,14 @@ class Transformer(nn.Module):
         positions = jnp.broadcast_to(jnp.arange(tgt_input.shape[1]), tgt_input.shape)
         x = self._target_inputs(tgt_input, positions)
         x = self.drop(x, deterministic=deterministic)
-        self_mask = causal_mask(tgt_input.shape[1])
+        length = tgt_input.shape[1]
+        self_mask = causal_mask(length)
         memory_mask = padding_mask(src_tokens, self.config.pad_id)
+        bias = (self.decoder_relative_bias(length, length) if self.config.relative_buckets
+                else None)
         for layer in self.decoder_layers:
             x = layer(x, self_mask, memory_kv=layer.project_memory(memory),
-                      memory_mask=memory_mask, deterministic=deterministic)
+                      memory_mask=memory_mask, deterministic=deterministic, bias=bias)
         return self._logits(x)
 
     def __call__(self, src_tokens: Array, tgt_input: Array, *,
@@ -395,9 +453,7 @@ class Transformer(nn.Module):
         its contiguous columns (the decoding contract's candidates hook)."""
         c = self.config
         x, new_cache = self._decode_hidden(cache, tokens)
-        if c.has_final_norm:
-            x = self.decoder_norm(x)
-        x = x[:, 0]                                                              # [N, D]
+        x = self._head_inputs(x)[:, 0]                                           # [N, D]
         logits_t = (self._target_embed().attend_t(x) if c.tie_output
                     else self.output.columns(x))                                # [V, N]
         if c.final_logits_bias:
@@ -411,13 +467,19 @@ class Transformer(nn.Module):
         beams, slots = beam_step_inputs(cache)
         row_position = position if beams is None else jnp.repeat(position, beams)  # [N]
         x = self._target_inputs(tokens[:, None], row_position[:, None])
+        bias = None
+        if self.config.relative_buckets:
+            length = cache["layers"][0]["self"]["value"].shape[-2]
+            bias = self.decoder_relative_bias.step(position, length)            # [B, H, 1, L]
+            if beams is not None:
+                bias = jnp.tile(bias, (1, 1, 1, beams))                      # [B, H, 1, K*L]
         new_layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, self_cache = layer(
                 x, slots.get("mask"),
                 memory_kv=(layer_cache["memory_key"], layer_cache["memory_value"]),
                 memory_mask=cache["memory_mask"], cache=layer_cache["self"], positions=position,
-                beams=beams)
+                beams=beams, bias=bias)
             new_layers.append({**layer_cache, "self": self_cache})
         new_cache = {**cache, "position": position + 1, "layers": tuple(new_layers)}
         if beams is not None:

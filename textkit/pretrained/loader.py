@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ from textkit.decoding.translator import translator_options
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
-from textkit.pretrained import bart, decoders, encoders, m2m100, marian, sentence, seq2seq
-from textkit.pretrained.errors import UnsupportedArchitectureError
+from textkit.pretrained import bart, decoders, encoders, m2m100, marian, sentence, seq2seq, t5
+from textkit.pretrained.errors import PretrainedError, UnsupportedArchitectureError
 from textkit.pretrained.files import (
     GENERATION_TYPES,
     check_types,
@@ -41,7 +41,7 @@ PyTree = Any
 
 SEQ2SEQ_FAMILIES: dict[str, seq2seq.Seq2SeqFamily] = {
     family.architecture: family
-    for family in (marian.FAMILY, bart.FAMILY, bart.MBART, m2m100.FAMILY)}
+    for family in (marian.FAMILY, bart.FAMILY, bart.MBART, m2m100.FAMILY, t5.FAMILY, t5.MT5)}
 """``TransformerConfig.architecture`` -> its encoder-decoder checkpoint family."""
 
 LOADERS: dict[str, Callable[..., Any]] = {
@@ -134,9 +134,11 @@ def save_pretrained(model: Any, params: PyTree, tokenizers: Any, path: str | os.
 
 
 def load_translator(path: str | os.PathLike, *, src_lang: str | None = None,
-                    tgt_lang: str | None = None, **options: Any) -> tuple[Translator, PyTree]:
+                    tgt_lang: str | None = None, prefix: str | None = None,
+                    task: str | None = None, **options: Any) -> tuple[Translator, PyTree]:
     """``(translator, params)`` for a translation checkpoint directory (``load_pretrained``;
-    Marian / OPUS-MT, BART, M2M100): sources are encoded by the checkpoint's tokenizer (its
+    Marian / OPUS-MT, BART, mBART-50, M2M100, NLLB, T5, mT5): sources are encoded by the
+    checkpoint's tokenizer (its
     EOS, and its language token), the search follows the checkpoint's generation settings
     (``generation_config``, mapped by ``translator_options``: beam size, length penalty in
     transformers' form ``n ** alpha`` via ``length_offset=0``, ``max_length`` - 1 output tokens,
@@ -146,13 +148,20 @@ def load_translator(path: str | os.PathLike, *, src_lang: str | None = None,
     family's spelling (M2M100 "en"); the target language's token is forced first. A
     multilingual checkpoint given no ``tgt_lang`` uses its ``forced_bos_token_id`` when its
     generation settings have one; otherwise, an unknown code, or codes given to a family that
-    takes none, is a ``LanguageError`` naming them. ``options`` override any ``Translator``
-    argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
+    takes none, is a ``LanguageError`` naming them.
+
+    ``task``: an entry of ``config.json``'s ``task_specific_params`` (T5's
+    "translation_en_to_de"): its ``prefix`` is put before every source and its generation
+    settings replace the checkpoint's (``task_settings``). ``prefix`` (T5's text-to-text task
+    prefix, e.g. "translate English to German: ") is put before every source, the task's
+    replaced; a family whose tokenizer takes no prefix warns and ignores it. ``options``
+    override any ``Translator`` argument, e.g. ``beam_size=1`` (greedy) or ``alpha=0``."""
     loaded = load_pretrained(path)
     if loaded.kind != "translation":
         raise UnsupportedArchitectureError(f"{Path(path) / 'config.json'}: a {loaded.kind} "
                                            f"checkpoint, not a translation model")
-    config = generation_config(path)
+    task_prefix, task_generation = task_settings(path, task) if task else ("", {})
+    config = generation_config(path, task_generation)
     target = loaded.target_tokenizer
     languages = getattr(target, "languages", ())
     if tgt_lang is None and languages and config.forced_bos_id is not None:
@@ -160,6 +169,13 @@ def load_translator(path: str | os.PathLike, *, src_lang: str | None = None,
                          if target.language_id(code) == config.forced_bos_id), None)
     source = loaded.tokenizer.for_languages(src_lang, tgt_lang)
     target = target.for_languages(src_lang, tgt_lang)
+    prefix = task_prefix if prefix is None else prefix
+    if prefix and hasattr(source, "prefix"):
+        source = source.configured(prefix=prefix)
+    elif prefix:
+        warnings.warn(f"{Path(path)}: a {loaded.model.config.architecture} checkpoint takes "
+                      f"no text prefix; {prefix!r} is ignored (T5-family checkpoints take "
+                      f"one)", UserWarning, stacklevel=2)
     start = getattr(loaded.model.config, "decoder_start_id", None)
     if config.decoder_start_id is not None and config.decoder_start_id != start:
         warnings.warn(f"{Path(path)}: generation_config.json's decoder_start_token_id "
@@ -174,12 +190,14 @@ def load_translator(path: str | os.PathLike, *, src_lang: str | None = None,
 
 
 # -------------------------------------------------------------------------------- generation
-def generation_config(path: str | os.PathLike) -> GenerationConfig:
+def generation_config(path: str | os.PathLike,
+                      task: Mapping[str, Any] | None = None) -> GenerationConfig:
     """The ``GenerationConfig`` of a checkpoint directory: its ``generation_config.json``
     (keys checked by type, ``files.GENERATION_TYPES``), else the generation keys of its
-    ``config.json`` (older checkpoints keep them there), else transformers' defaults; read by
-    the one reader (``GenerationConfig.from_dict``: options textkit does not implement are named
-    in a ``UserWarning``)."""
+    ``config.json`` (older checkpoints keep them there), else transformers' defaults, with a
+    task's settings (``task_settings``) over them; read by the one reader
+    (``GenerationConfig.from_dict``: options textkit does not implement are named in a
+    ``UserWarning``)."""
     root = Path(path)
     source = root / "generation_config.json"
     gen = read_settings(source, GENERATION_TYPES)
@@ -188,7 +206,26 @@ def generation_config(path: str | os.PathLike) -> GenerationConfig:
         config = read_config(root)
         gen = {k: v for k, v in config.items() if k in OPTIONS or k in NEUTRAL}
         check_types(source, gen, GENERATION_TYPES)
+    if task:
+        check_types(root / "config.json", dict(task), GENERATION_TYPES)
+        gen = {**gen, **task}
+        source = f"{source} and config.json's task_specific_params"
     return GenerationConfig.from_dict(gen, str(source))
+
+
+def task_settings(path: str | os.PathLike, task: str) -> tuple[str, dict[str, Any]]:
+    """(prefix, generation settings) of ``task`` in a checkpoint's ``config.json``
+    ``task_specific_params`` (T5's "translation_en_to_de": a ``prefix`` and beam settings); a
+    ``PretrainedError`` naming the tasks it has for one it does not."""
+    root = Path(path)
+    tasks = read_config(root).get("task_specific_params") or {}
+    if not isinstance(tasks, Mapping) or task not in tasks or not isinstance(tasks[task],
+                                                                              Mapping):
+        names = sorted(tasks) if isinstance(tasks, Mapping) else []
+        raise PretrainedError(f"{root / 'config.json'}: no task {task!r} in "
+                              f"task_specific_params (it has {', '.join(names) or 'none'})")
+    settings = dict(tasks[task])
+    return str(settings.pop("prefix", "") or ""), settings
 
 
 def generation_options(path: str | os.PathLike) -> dict[str, Any]:

@@ -98,7 +98,9 @@ class Seq2SeqFamily:
     ``load_tokenizers(root, config)`` -> (source, target), ``save_tokenizers(source,
     target, dir, config)``, ``tokenizer_type`` (what ``save_pretrained`` accepts).
     ``generation(config, target)``: the ``generation_config.json`` written by default.
-    ``wrong_family``: the error for a checkpoint of another ``model_type``.
+    ``wrong_family``: the error for a checkpoint of another ``model_type``;
+    ``checks(tensors, root, config)``: the family's own checks of the tensors against the
+    config (raising a ``PretrainedError`` that names both), before the walk.
     """
 
     model_type: str
@@ -117,6 +119,7 @@ class Seq2SeqFamily:
     named: Callable[[dict[str, np.ndarray], TransformerConfig],
                     dict[str, np.ndarray]] = lambda tensors, config: tensors
     wrong_family: type[WrongFamilyError] = WrongFamilyError
+    checks: Callable[[Tensors, Path, TransformerConfig], None] = lambda tensors, root, c: None
 
 
 # ------------------------------------------------------------- the fairseq-descended layout
@@ -304,6 +307,7 @@ def load(family: Seq2SeqFamily, root: Path, hf: Mapping[str, Any],
     except (KeyError, TypeError) as err:
         raise PretrainedError(f"{root / 'config.json'}: missing or malformed key {err} of a "
                               f"{family.model_type} config.json") from None
+    family.checks(tensors, root, config)
     source, target = family.load_tokenizers(root, config)
     check_vocab_size(root, "the source vocabulary", len(source), config.src_vocab_size)
     check_vocab_size(root, "the target vocabulary", len(target), config.tgt_vocab_size)
