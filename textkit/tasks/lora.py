@@ -118,7 +118,9 @@ class _LoraTask:
 
     def model_params(self, params: Params) -> Params:
         """The model's params of trained ``params``: the frozen ones, the heads, the adapter
-        merged in."""
+        merged in (model params, as a task method passes them on to another, unchanged)."""
+        if set(params) != {"lora", "heads"}:
+            return params
         return Adapter(self.lora, params["lora"]).merge({**self._frozen, **params["heads"]})
 
     def make_loss(self, model: Any) -> Any:
