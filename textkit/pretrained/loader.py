@@ -81,6 +81,9 @@ def load_pretrained(path: str | os.PathLike, *, adapter: str | os.PathLike | Non
     """
     root = Path(path)
     if sentence.is_sentence_transformers(root):
+        if adapter is not None:
+            raise UnsupportedArchitectureError(f"{root}: a sentence-transformers directory "
+                                               f"takes no LoRA adapter")
         transformer = _load_checkpoint(sentence.transformer_path(root), **overrides)
         if transformer.kind != "encoder":
             raise UnsupportedArchitectureError(
