@@ -3,7 +3,9 @@
 A random-weight model in SmolLM2-135M's configuration (``lm_peers.SHAPES["smollm2"]``) trains
 on 8 sequences of 256 random tokens with AdamW: LoRA r = 8 (alpha 16) on the attention
 projections (``q_proj,k_proj,v_proj,o_proj``) and on every linear layer (and ``gate_proj,
-up_proj,down_proj``), and textkit's full fine-tuning of the same model for the memory baseline.
+up_proj,down_proj``; ``all_int8``: the same over an int8 base, ``--quantize-base int8``'s
+``kernels.quantize_int8``), and textkit's full fine-tuning of the same model for the memory
+baseline.
 Each case runs in a fresh process (its peak RSS is the process's VmHWM), warms up for two steps
 (compilation excluded) and reports the median of ``--steps`` timed steps. The peer is
 ``benchmarks/hf_lora.py`` (peft's ``get_peft_model`` over transformers' ``LlamaForCausalLM``,
@@ -14,9 +16,11 @@ CPU bfloat16 autocast) run by ``--peer-python`` (torch 2.13.0, transformers, pef
     python benchmarks/lora.py --peer-python /tmp/hfenv/bin/python --precision mixed_bfloat16
     python benchmarks/lora.py --quick --no-peer          # a smoke run of seconds
 
-The last line is one JSON object: ``textkit_<case>_step_s`` / ``_peak_mib`` for ``attention``,
-``all`` and ``full``; ``peer_<case>_step_s`` / ``_peak_mib``; ``step_ratio_<case>`` (peer /
-textkit step time, > 1: textkit faster); ``memory_ratio`` (textkit's LoRA on every linear
+The last line is one JSON object: ``textkit_<case>_step_s`` / ``_peak_mib`` / ``_state_mib``
+(the train state's bytes: params, frozen base, optimizer state) for ``attention``, ``all``,
+``all_int8`` and ``full``; ``int8_state_ratio`` (``all_int8`` over ``all`` state);
+``peer_<case>_step_s`` / ``_peak_mib``; ``step_ratio_<case>`` (peer / textkit step time,
+> 1: textkit faster); ``memory_ratio`` (textkit's LoRA on every linear
 layer over its full fine-tuning, peak host memory); ``trained_<case>`` parameter counts.
 """
 
@@ -37,6 +41,8 @@ from lm_peers import SHAPES  # noqa: E402
 
 TARGETS = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
            "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+TARGETS["all_int8"] = TARGETS["all"]
+CASES = ("attention", "all", "all_int8", "full")
 QUICK = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
 
@@ -66,6 +72,7 @@ def textkit_case(spec: dict, case: str) -> dict:
 
     from textkit.adapters import Lora, LoraConfig, lora_on_activations
     from textkit.models.decoder_lm import DecoderLM
+    from textkit.models.kernels import quantize_int8
     from textkit.precision import Policy
     from textkit.pretrained.decoders import decoder_config
     from textkit.pretrained.peft import lora_sites
@@ -99,8 +106,11 @@ def textkit_case(spec: dict, case: str) -> dict:
             with lora_on_activations(lora, weights, key):
                 return loss(frozen, b, key)
 
+        frozen = quantize_int8(model, params, jnp.zeros((1, 8), jnp.int32)) \
+            if case == "all_int8" else params
         state = create_train_state(lora.init(jax.random.PRNGKey(2)), tx, jax.random.PRNGKey(1),
-                                   frozen=params)
+                                   frozen=frozen)
+        del frozen
         step = make_train_step(lora_loss, tx)
     del params
     times = []
@@ -111,8 +121,10 @@ def textkit_case(spec: dict, case: str) -> dict:
         if i >= 2:
             times.append(time.perf_counter() - start)
     trained = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    held = sum(x.nbytes for x in jax.tree_util.tree_leaves(state)) / 2 ** 20
     return {"step_s": statistics.median(times), "peak_mib": round(peak_rss_mib(), 1),
-            "trained": int(trained), "loss": float(metrics["loss"])}
+            "state_mib": round(held, 1), "trained": int(trained),
+            "loss": float(metrics["loss"])}
 
 
 def run_case(command: list[str], spec: dict) -> dict:
@@ -144,14 +156,17 @@ def main() -> None:
     result: dict = {"precision": args.precision, "quick": args.quick, "rank": spec["rank"],
                     "batch": spec["batch"], "length": spec["length"]}
     env_python = [sys.executable, str(Path(__file__).resolve())]
-    for case in ("attention", "all", "full"):
+    for case in CASES:
         found = run_case([*env_python, "--case", case], spec)
         result.update({f"textkit_{case}_step_s": round(found["step_s"], 4),
                        f"textkit_{case}_peak_mib": found["peak_mib"],
+                       f"textkit_{case}_state_mib": found["state_mib"],
                        f"trained_{case}": found["trained"]})
         print(json.dumps({"textkit": case, **found}), flush=True)
     result["memory_ratio"] = round(result["textkit_all_peak_mib"]
                                    / result["textkit_full_peak_mib"], 3)
+    result["int8_state_ratio"] = round(result["textkit_all_int8_state_mib"]
+                                       / result["textkit_all_state_mib"], 3)
     if args.no_peer:
         result["peer_skipped"] = "--no-peer"
     else:

@@ -180,6 +180,31 @@ def test_training_changes_the_adapters_only():
                if k.endswith("lora_B"))                  # B left zero: the adapters trained
 
 
+@pytest.mark.slow
+def test_adapters_over_an_int8_base_get_the_gradients_of_the_float_base():
+    from textkit.models.kernels import quantize_int8
+
+    base = base_of("llama")
+    lora = lora_for(base.model, base.params, rank=2, targets=["q_proj", "up_proj"])
+    weights = jax.tree_util.tree_map(lambda w: w + 0.1, lora.init(jax.random.PRNGKey(0)))
+    int8 = quantize_int8(base.model, base.params, jnp.zeros((1, 8), jnp.int32))
+    assert int8["layer_0"]["attention"]["qkv"]["kernel"].dtype == jnp.int8
+    loss = _lm_loss(base.model)
+    batch = {"tokens": np.random.default_rng(0).integers(3, 300, (2, 9)).astype(np.int32)}
+
+    def grads(frozen):
+        def of(w):
+            with lora_on_activations(lora, w):
+                total, (count, _) = loss(frozen, batch, None)
+            return total / count
+        return unnested(jax.jit(jax.grad(of))(weights))
+
+    want, got = grads(base.params), grads(int8)
+    for name, value in want.items():                # the first layer's too: through int8
+        error = np.abs(np.asarray(got[name]) - value).max() / np.abs(value).max()
+        assert 0 < np.abs(got[name]).max() and error < 0.2, name
+
+
 def test_bad_targets_and_ranks_are_refused():
     base = base_of("gpt2")
     with pytest.raises(ValueError, match=r"'q_proj' matches no module.*c_attn"):
@@ -229,6 +254,15 @@ def test_recipe_flags_are_checked_before_a_run():
     with pytest.raises(ConfigError, match="--lora-rank needs --init-from"):
         CausalLMConfig(lora=LoraSettings(lora_rank=2))
     assert LoraSettings(lora_targets="q_proj, v_proj").targets == ("q_proj", "v_proj")
+    with pytest.raises(ConfigError, match="--quantize-base needs --lora-rank"):
+        LoraSettings(quantize_base="int8")
+    with pytest.raises(ConfigError, match="--quantize-base int8 --merge"):
+        LoraSettings(lora_rank=2, quantize_base="int8", merge=True)
+    from textkit.tasks.sequence_classification import SequenceClassificationConfig
+
+    with pytest.raises(ConfigError, match="--quantize-base int8 is the causal-LM recipe's"):
+        SequenceClassificationConfig(pretrained=str(base), lora=LoraSettings(
+            lora_rank=2, quantize_base="int8"))
 
 
 @pytest.mark.slow

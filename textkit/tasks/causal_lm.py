@@ -111,7 +111,8 @@ class CausalLMConfig(TaskConfig):
         if self.documents not in DOCUMENT_LAYOUTS:
             raise ConfigError(f"--documents {self.documents!r}: expected one of "
                               f"{DOCUMENT_LAYOUTS}")
-        self.lora.check(exports=self.export, base=self.init_from, base_flag="--init-from")
+        self.lora.check(exports=self.export, base=self.init_from, base_flag="--init-from",
+                        int8_base=True)
         if self.max_length < 2 or self.batch_size < 1:
             raise ConfigError(f"need --max-length >= 2 and --batch-size >= 1; got "
                               f"{self.max_length} and {self.batch_size}")

@@ -52,6 +52,9 @@ class LoraSettings:
                              "for the family", group="training")
     lora_rslora: bool = flag(False, "rank-stabilised LoRA: scale by alpha / sqrt(r)",
                              group="training")
+    quantize_base: str | None = flag(None, "with LoRA: hold the frozen weights in int8 "
+                                     "(CPU; the adapters and the head stay float): QLoRA's "
+                                     "idea", group="training", choices=("int8",))
     merge: bool = flag(False, "with LoRA: also write the model with the adapter merged in to "
                        "<run>/merged (transformers loads it as a plain model)", group="output")
 
@@ -63,6 +66,13 @@ class LoraSettings:
         if self.merge and not self.lora_rank:
             raise ConfigError("--merge needs --lora-rank: it writes a LoRA run's model with "
                               "the adapter merged in")
+        if self.quantize_base and not self.lora_rank:
+            raise ConfigError("--quantize-base needs --lora-rank: only the frozen base of a "
+                              "LoRA run is held in int8")
+        if self.quantize_base and self.merge:
+            raise ConfigError("--quantize-base int8 --merge: an int8 base takes no merge; "
+                              "merge the exported adapter into the float base later "
+                              "(load_pretrained(BASE, adapter=<run>/export))")
 
     @property
     def targets(self) -> tuple[str, ...] | None:
@@ -70,11 +80,18 @@ class LoraSettings:
         names = tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
         return names or None
 
-    def check(self, *, exports: bool, base: str | None, base_flag: str) -> None:
+    def check(self, *, exports: bool, base: str | None, base_flag: str,
+              int8_base: bool = False) -> None:
         """Refuse settings LoRA cannot run with: ``--merge`` without an export (``--no-export
-        --merge``), LoRA without a checkpoint to adapt (``base``, the value of ``base_flag``)."""
+        --merge``), LoRA without a checkpoint to adapt (``base``, the value of ``base_flag``),
+        ``--quantize-base`` in a recipe whose evaluation cannot run beside an int8 base
+        (``int8_base`` False)."""
         if not self.lora_rank:
             return
+        if self.quantize_base and not int8_base:
+            raise ConfigError("--quantize-base int8 is the causal-LM recipe's "
+                              "(language_model/train.py --init-from): this recipe evaluates "
+                              "a merged model, which an int8 base cannot give")
         if self.merge and not exports:
             raise ConfigError("--no-export --merge: --merge writes the merged model beside the "
                               "exported adapter; drop --no-export (or --merge)")
@@ -105,6 +122,8 @@ class _LoraTask:
         except ValueError as err:
             raise ConfigError(f"--lora-targets / --lora-rank: {err}") from None
         self._frozen, heads = self.lora.split(dict(base))
+        if settings.quantize_base:
+            self._frozen = self._int8(model, base)
         trained = sum(s.in_features + s.out_features for s in self.lora.sites) * \
             settings.lora_rank + sum(x.size for x in jax.tree_util.tree_leaves(heads))
         total = sum(x.size for x in jax.tree_util.tree_leaves(base))
@@ -112,6 +131,24 @@ class _LoraTask:
                  f"({', '.join(self.lora.config.targets)}), heads {list(self.lora.heads)}: "
                  f"{trained:,} trained parameters, {total:,} frozen")
         return {"lora": self.lora.init(jax.random.fold_in(rng, 59)), "heads": heads}
+
+    def _int8(self, model: Any, base: Params) -> Params:
+        """The frozen params with every ``Dense`` kernel and embedding table in int8
+        (``kernels.quantize_int8``); the float copy the task loaded is released."""
+        import jax.numpy as jnp
+
+        from textkit.models.kernels import quantize_int8, require_int8_backend
+        from textkit.models.transformer import Transformer
+
+        try:
+            require_int8_backend()
+        except ValueError as err:
+            raise ConfigError(f"--quantize-base int8: {err}") from None
+        example = () if isinstance(model, Transformer) else (jnp.zeros((1, 8), jnp.int32),)
+        quantized = quantize_int8(model, base, *example)
+        if getattr(self, "pretrained", None) is not None:
+            self.pretrained = self.pretrained.replace(params=None)
+        return {k: v for k, v in quantized.items() if k not in self.lora.heads}
 
     def frozen_params(self) -> Params:
         return self._frozen
@@ -137,6 +174,8 @@ class _LoraTask:
         return loss_fn
 
     def evaluate(self, model: Any, params: Params, data: Any) -> dict[str, float]:
+        if self.config.lora.quantize_base:     # an int8 base takes no merge: beside it
+            return super().evaluate(model, (params, self._frozen), data)
         return super().evaluate(model, self.model_params(params), data)
 
     def score(self, model: Any, params: Params, data: Any) -> Any:
