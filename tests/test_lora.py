@@ -266,17 +266,22 @@ def test_recipe_flags_are_checked_before_a_run():
 
 
 @pytest.mark.slow
-def test_generator_takes_an_adapter():
+def test_generator_and_the_generate_command_take_an_adapter(capsys):
+    from textkit.cli.generate import main
     from textkit.decoding import Generator
 
-    loaded = load_pretrained(ROOT / "tests" / "fixtures" / "decoders" / "llama",
-                             adapter=PEFT / "llama")
+    llama = ROOT / "tests" / "fixtures" / "decoders" / "llama"
+    loaded = load_pretrained(llama, adapter=PEFT / "llama")
     base = loaded.adapter.unmerge(loaded.params)
     generator = Generator.from_pretrained(loaded, batch_size=1, max_new_tokens=4)
     with_adapter = generator.generate(base, [[5, 17, 42]], adapter=loaded.adapter)
     merged = generator.generate(loaded.params, [[5, 17, 42]])
     plain = generator.generate(base, [[5, 17, 42]])
     assert with_adapter[0].token_ids == merged[0].token_ids != plain[0].token_ids
+    assert main(["--pretrained", str(llama), "--adapter", str(PEFT / "llama"), "--jsonl",
+                 "--max-new-tokens", "4", "--batch-size", "1", "--prompt", "5 17 42"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["token_ids"] == generator.generate(loaded.params, ["5 17 42"])[0].token_ids
 
 
 @pytest.mark.slow

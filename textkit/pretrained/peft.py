@@ -81,7 +81,8 @@ def _site(name: str, entry: Entry, piece: tuple[int, ...],
     torch_shape = entry.transform[1](np.zeros(piece, np.int8)).shape
     if len(torch_shape) != 2:
         return None
-    probe = np.arange(math.prod(torch_shape), dtype=np.int64).reshape(torch_shape)
+    size = math.prod(torch_shape)
+    probe = np.arange(size, dtype=np.int32 if size < 2 ** 31 else np.int64).reshape(torch_shape)
     mapped = entry.transform[0](probe)
     if tuple(mapped.shape) != tuple(piece):
         return None

@@ -189,7 +189,7 @@ class _LoraTask:
         ``merged`` beside it."""
         from textkit.pretrained.peft import save_adapter
 
-        adapter = Adapter(self.lora, jax.tree_util.tree_map(lambda x: x, params["lora"]))
+        adapter = Adapter(self.lora, params["lora"])
         heads = {**self._frozen, **params["heads"]}
         base = getattr(self.config, "init_from", None) or getattr(self.config, "pretrained",
                                                                    None)
