@@ -180,6 +180,25 @@ def test_training_changes_the_adapters_only():
                if k.endswith("lora_B"))                  # B left zero: the adapters trained
 
 
+def test_checkpoints_hold_the_trained_part_only(tmp_path):
+    from textkit.training.checkpoint import CheckpointManager
+
+    tx = optax.adam(1e-3)
+    trained = {"lora_A": jnp.ones((2, 3))}
+    state = create_train_state(trained, tx, jax.random.PRNGKey(0),
+                               frozen={"kernel": jnp.full((64, 64), 2.0)})
+    with CheckpointManager(tmp_path / "ckpt") as manager:
+        manager.save(1, state)
+        manager.wait_until_finished()
+        other = state.replace(params={"lora_A": jnp.zeros((2, 3))},
+                              frozen={"kernel": jnp.full((64, 64), 3.0)})
+        restored, _ = manager.restore(1, other)
+    np.testing.assert_array_equal(restored.params["lora_A"], 1.0)     # from the step
+    assert restored.frozen is other.frozen                             # from the target
+    saved = sum(p.stat().st_size for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
+    assert saved < 64 * 64 * 4                                         # no base inside
+
+
 @pytest.mark.slow
 def test_adapters_over_an_int8_base_get_the_gradients_of_the_float_base():
     from textkit.models.kernels import quantize_int8
