@@ -255,6 +255,14 @@ def test_bad_adapters_are_refused_by_name(tmp_path, settings, message):
         load_adapter(_copy("llama", tmp_path, **settings), base.model, base.params)
 
 
+def test_a_peft_target_list_may_name_modules_the_base_lacks(tmp_path):
+    base = base_of("llama")                              # as peft: unmatched names skipped
+    names = json.loads((PEFT / "llama" / "adapter_config.json").read_text())["target_modules"]
+    adapter, _ = load_adapter(_copy("llama", tmp_path, target_modules=[*names, "c_attn"]),
+                              base.model, base.params)
+    assert sorted(adapter.lora.config.targets) == sorted(names)
+
+
 def test_an_adapter_of_another_base_names_the_shapes():
     base = base_of("llama")                              # qwen3's adapter over llama
     with pytest.raises(PretrainedError, match=r"q_proj.lora_B.weight has shape \(64, 4\) but "

@@ -35,7 +35,7 @@ import numpy as np
 
 from textkit._io import atomic_dir, write_json_atomic
 from textkit.adapters import Lora, LoraConfig, Site, nested, unnested
-from textkit.adapters.lora import Adapter
+from textkit.adapters.lora import Adapter, matches
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.encoder import Encoder
 from textkit.pretrained import encoders
@@ -227,6 +227,7 @@ def _settings(root: Path) -> dict[str, Any]:
                "rank_pattern": ({}, None), "alpha_pattern": ({}, None),
                "layers_to_transform": (None,), "layers_pattern": (None, []),
                "target_parameters": (None, []), "use_qalora": (False, None),
+               "exclude_modules": (None, []),
                "lora_bias": (False, None)}
     for key, allowed in refused.items():
         if settings.get(key) not in allowed:
@@ -241,11 +242,13 @@ def _settings(root: Path) -> dict[str, Any]:
 
 
 def _targets(settings: Mapping[str, Any], sites: Sequence[Site], where: Path) -> tuple[str, ...]:
-    """The target list of ``target_modules``: a list as it is; a string is PEFT's regular
+    """The target list of ``target_modules``: a list keeps the names that match a module (as
+    peft does; none matching is refused by ``Lora.select``); a string is PEFT's regular
     expression over the full module names ("all-linear": every site but the output layer)."""
     targets = settings.get("target_modules")
     if isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets):
-        return tuple(targets)
+        found = tuple(t for t in targets if any(matches(s.name, t) for s in sites))
+        return found or tuple(targets)
     if targets == "all-linear":
         return tuple(s.name for s in sites if s.path[0] not in ("lm_head", "output"))
     if isinstance(targets, str):
