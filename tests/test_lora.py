@@ -245,8 +245,8 @@ def _copy(name: str, tmp_path: Path, **settings) -> Path:
 @pytest.mark.parametrize("settings, message", [
     ({"peft_type": "IA3"}, "peft_type 'IA3'; textkit reads LORA adapters only"),
     ({"use_dora": True}, "use_dora True is not implemented"),
-    ({"r": 3}, r"lora_A.weight has shape \(2, 32\) but the base model's "
-               r"model.layers.0.self_attn.q_proj needs \(3, 32\)"),
+    ({"r": 3}, r"embed_tokens.lora_embedding_A has shape \(2, 320\) but the base model's "
+               r"model.embed_tokens needs \(3, 320\)"),
     ({"target_modules": ["wq"]}, "'wq' matches no module"),
 ])
 def test_bad_adapters_are_refused_by_name(tmp_path, settings, message):

@@ -6,9 +6,10 @@
 
 For each fixture: the base checkpoint its ``adapter_config.json`` names, a textkit adapter
 (``pretrained.peft.lora_for``: the family's default targets, or every projection for Llama
-and GPT-2; rank 2, rsLoRA for Llama) with every weight redrawn (A and B normal, std 0.2, so
-the adapter changes the outputs) and the task head changed, written as ``<name>/adapter``
-(``save_adapter``), the merged model as ``<name>/merged`` (``save_pretrained``) and
+(with ``lm_head`` and the embeddings) and GPT-2; rank 2, rsLoRA for Llama) with every weight
+redrawn (A and B normal, std 0.2, so the adapter changes the outputs) and the task head
+changed, written as ``<name>/adapter`` (``save_adapter``), the merged model as
+``<name>/merged`` (``save_pretrained``) and
 ``<name>/textkit.npz``: the fixture's inputs and textkit's outputs with the adapter merged.
 """
 
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "peft"
 SETTINGS = {
     "llama": dict(targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                           "down_proj", "lm_head"), rslora=True),
+                           "down_proj", "lm_head", "embed_tokens"), rslora=True),
     "gpt2": dict(targets=("c_attn", "c_proj", "c_fc")),
 }
 

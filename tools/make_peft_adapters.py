@@ -18,8 +18,9 @@ translation model's ``decoder_input_ids``) and peft's float32 outputs (``logits`
 ``start_logits``, ``end_logits``). A new adapter's B is zero, so every LoRA and saved-module
 tensor is redrawn (normal, std 0.2, seeded) before saving: the outputs then differ from the
 base model's. The settings cover rsLoRA, GPT-2's ``fan_in_fan_out``, every fused slice of
-Llama (q/k/v, gate/up) and its ``lm_head``, a regular-expression ``target_modules`` and each
-task head's ``modules_to_save``.
+Llama (q/k/v, gate/up), its ``lm_head`` and its (untied) embeddings, a regular-expression
+``target_modules`` and each task head's ``modules_to_save``. peft keeps ``target_modules`` as
+a set; the file lists them sorted, so that the fixtures do not change from run to run.
 
 ``--check DIR``: every ``DIR/<name>/`` that ``tools/export_lora_adapters.py`` wrote holds
 ``adapter/`` (textkit's PEFT export), ``merged/`` (textkit's merged checkpoint) and
@@ -57,7 +58,7 @@ FIXTURES = {
     "llama": ("decoders/llama", dict(task_type="CAUSAL_LM", r=2, lora_alpha=4, use_rslora=True,
                                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                      "gate_proj", "up_proj", "down_proj",
-                                                     "lm_head"])),
+                                                     "lm_head", "embed_tokens"])),
     "qwen3": ("decoders/qwen3", dict(task_type="CAUSAL_LM", r=4, lora_alpha=16,
                                      lora_dropout=0.1)),
     "roberta_seqcls": ("encoders/roberta_seqcls", dict(task_type="SEQ_CLS", r=4, lora_alpha=8)),
@@ -126,6 +127,8 @@ def make(out: Path) -> None:
         settings_file = directory / "adapter_config.json"
         written = json.loads(settings_file.read_text())
         written["base_model_name_or_path"] = f"tests/fixtures/{base}"
+        if isinstance(written["target_modules"], list):
+            written["target_modules"] = sorted(written["target_modules"])
         settings_file.write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
         batch = inputs(name, model.base_model.model)
         np.savez(directory / "reference.npz", **batch, **outputs(model, batch))

@@ -6,12 +6,15 @@ gate/up ``wi`` [D, 2, I], an ``out`` [H, Dh, D]) and the slot of that leaf's fir
 axis it fills. Sites are made from each family's weight map (``textkit.pretrained.peft``); here
 they are data. Every site's piece, flattened to [in, out], is ``W.T`` of transformers'
 ``Linear`` weight W [out, in] (``W`` itself for GPT-2's ``Conv1D``, PEFT's ``fan_in_fan_out``),
-so the update of a site is ``scale * A.T @ B.T`` [in, out] reshaped to the piece.
+so the update of a site is ``scale * A.T @ B.T`` [in, out] reshaped to the piece. An
+embedding table [V, D] is a site too (``embedding``: PEFT's ``lora_embedding_A`` [r, V] and
+``lora_embedding_B`` [D, r], the update ``scale * (B A).T``: the same product, V in, D out).
 
 Adapter weights are a pytree nested by the module name (``{"model": {"layers": {"0":
 {"self_attn": {"q_proj": {"lora_A": [r, in], "lora_B": [out, r]}}}}}}``, float32), PEFT's
 layout, initialised as PEFT does: A ~ U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform with
-a = sqrt(5)), B = 0, so a new adapter leaves the model's outputs exactly as they were.
+a = sqrt(5)), B = 0 (an embedding's A = 0, B ~ N(0, 1)), so a new adapter leaves the model's
+outputs exactly as they were.
 
 ``Lora.merge(params, weights)`` adds every site's update to its kernel (what evaluation,
 generation and merged exports use); ``unmerge`` subtracts it. Training runs the adapters on
@@ -70,7 +73,7 @@ class Site(NamedTuple):
     (``contract`` input axes); ``slot``: where the piece sits on the leaf's first feature axis
     (None: the whole leaf; an int: one index of a stack; (start, size): a range of a
     concatenation); ``fan_in_fan_out``: transformers stores the weight [in, out] (GPT-2's
-    ``Conv1D``)."""
+    ``Conv1D``); ``embedding``: an embedding table [V, D] (``layers.Embed``'s)."""
 
     name: str
     path: tuple[str, ...]
@@ -78,6 +81,13 @@ class Site(NamedTuple):
     contract: int
     slot: int | tuple[int, int] | None
     fan_in_fan_out: bool = False
+    embedding: bool = False
+
+    @property
+    def parts(self) -> tuple[str, str]:
+        """The names of its A and B under its module (PEFT's)."""
+        return ("lora_embedding_A", "lora_embedding_B") if self.embedding else \
+            ("lora_A", "lora_B")
 
     @property
     def in_features(self) -> int:
@@ -164,12 +174,17 @@ class Lora:
     def init(self, rng: jax.Array) -> PyTree:
         """New adapter weights (module docstring): A Kaiming-uniform, B zero, float32."""
         flat = {}
+        r = self.config.rank
         for site, key in zip(self.sites, jax.random.split(rng, max(len(self.sites), 1))):
+            a, b = site.parts
+            if site.embedding:
+                flat[f"{site.name}.{a}"] = jnp.zeros((r, site.in_features), jnp.float32)
+                flat[f"{site.name}.{b}"] = jax.random.normal(key, (site.out_features, r))
+                continue
             bound = 1.0 / math.sqrt(site.in_features)
-            flat[f"{site.name}.lora_A"] = jax.random.uniform(
-                key, (self.config.rank, site.in_features), jnp.float32, -bound, bound)
-            flat[f"{site.name}.lora_B"] = jnp.zeros((site.out_features, self.config.rank),
-                                                    jnp.float32)
+            flat[f"{site.name}.{a}"] = jax.random.uniform(
+                key, (r, site.in_features), jnp.float32, -bound, bound)
+            flat[f"{site.name}.{b}"] = jnp.zeros((site.out_features, r), jnp.float32)
         return nested(flat)
 
     def factors(self, weights: PyTree, site: Site) -> tuple[jax.Array, jax.Array]:
@@ -178,8 +193,9 @@ class Lora:
         node = weights
         for part in site.name.split("."):
             node = node[part]
+        a, b = site.parts
         # [r, in], [out, r]; ``fan_in_fan_out`` changes transformers' layout, not this one
-        return node["lora_A"].T, node["lora_B"].T * self.config.scale
+        return node[a].T, node[b].T * self.config.scale
 
     def update(self, weights: PyTree, site: Site) -> jax.Array:
         """The update of ``site``'s piece, float32 in the piece's shape."""

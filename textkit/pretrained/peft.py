@@ -6,7 +6,10 @@ tensor, named by its module (``model.layers.0.self_attn.k_proj``) and placed on 
 textkit's fused kernel that tensor fills (k of ``qkv``, up of ``wi``). Each site's transform
 is probed once (an index array through the entry's ``to_textkit``) to find its input axes and
 whether transformers stores it [out, in] (``Linear``) or [in, out] (GPT-2's ``Conv1D``: PEFT's
-``fan_in_fan_out``); a kernel the probe does not recognise is no site. ``DEFAULT_TARGETS`` are
+``fan_in_fan_out``); a kernel the probe does not recognise is no site. An embedding table is a
+site when the model looks it up (``layers.Embed``) and never reads it as a tied output layer
+(one abstract forward pass tells): PEFT's embedding LoRA, whose unmerged output layer stays the
+base's. ``DEFAULT_TARGETS`` are
 PEFT's default target modules per ``model_type`` (peft 0.21.2's
 ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``, with entries where it has none:
 DistilBERT's ``q_lin`` / ``v_lin``, ModernBERT's fused ``Wqkv``, Marian / mBART / M2M100's
@@ -15,7 +18,8 @@ whole: PEFT's ``modules_to_save``.
 
 **Files.** ``save_adapter`` writes ``adapter_config.json`` and ``adapter_model.safetensors``
 with PEFT's key names (``base_model.model.<module>.lora_A.weight`` [r, in], ``lora_B.weight``
-[out, r]; a saved module's tensors under ``base_model.model.<its names>``), which
+[out, r]; an embedding's ``lora_embedding_A`` [r, V] and ``lora_embedding_B`` [D, r]; a
+saved module's tensors under ``base_model.model.<its names>``), which
 ``peft.PeftModel.from_pretrained`` loads over the same base checkpoint. ``load_adapter`` reads
 such a directory (written by peft or by textkit) for a loaded base model: a ``peft_type`` other
 than LORA, DoRA, LoRA on biases, per-module ranks, or an adapter whose tensors do not fit the
@@ -38,6 +42,8 @@ from textkit.adapters import Lora, LoraConfig, Site, nested, unnested
 from textkit.adapters.lora import Adapter, matches
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.encoder import Encoder
+from textkit.models.layers import Embed
+from textkit.models.transformer import Transformer
 from textkit.pretrained import encoders
 from textkit.pretrained.errors import MissingFileError, PretrainedError
 from textkit.pretrained.families import model_type_of, weight_map_of
@@ -97,13 +103,40 @@ def _site(name: str, entry: Entry, piece: tuple[int, ...],
     return None
 
 
+def _looked_up(model: Any, params: Any) -> set[tuple[str, ...]]:
+    """Paths of the ``Embed`` modules ``model`` looks ids up in and never attends with (one
+    abstract forward pass)."""
+    import flax.linen as nn
+    import jax
+
+    called: dict[str, set[tuple[str, ...]]] = {"__call__": set(), "attend": set()}
+
+    def record(next_fun: Any, args: tuple, kwargs: dict, context: Any) -> Any:
+        if isinstance(context.module, Embed):
+            kind = "attend" if context.method_name.startswith("attend") else context.method_name
+            called.setdefault(kind, set()).add(tuple(context.module.path))
+        return next_fun(*args, **kwargs)
+
+    ids = np.zeros((1, 8), np.int32)
+    inputs = (ids, ids) if isinstance(model, Transformer) else (ids,)
+    with nn.intercept_methods(record):
+        jax.eval_shape(lambda p: model.apply({"params": p}, *inputs), params)
+    return called["__call__"] - called["attend"]
+
+
 def lora_sites(model: Any, params: Any) -> list[Site]:
-    """Every linear map of ``model`` (a loaded checkpoint's ``DecoderLM``, ``Encoder`` or
-    ``Transformer``) LoRA can adapt, in weight-map order (module docstring); ``params`` gives
-    the kernels' shapes."""
+    """Every linear map and embedding table of ``model`` (a loaded checkpoint's
+    ``DecoderLM``, ``Encoder`` or ``Transformer``) LoRA can adapt, in weight-map order (module
+    docstring); ``params`` gives the kernels' shapes."""
     sites = []
+    tables = _looked_up(model, params)
     for entry in weight_map_of(model):
         names = _key_names(entry)
+        if entry.path[-1] == "embedding" and entry.path[:-1] in tables and len(names) == 1:
+            shape = tuple(np.shape(at(params, entry.path)))
+            sites.append(Site(names[0][:-len(".weight")], entry.path, shape, 1, None,
+                              embedding=True))
+            continue
         if entry.path[-1] != "kernel" or not all(n.endswith(".weight") for n in names):
             continue
         shape = tuple(np.shape(at(params, entry.path)))
@@ -182,7 +215,8 @@ def save_adapter(model: Any, adapter: Adapter, params: Any, path: str | os.PathL
     adapter directory (module docstring; replaced atomically); ``base_model``: the
     ``base_model_name_or_path`` recorded. Returns the directory."""
     lora, config = adapter.lora, adapter.lora.config
-    tensors = {f"{PREFIX}{name}.weight": np.ascontiguousarray(np.asarray(value, np.float32))
+    tensors = {f"{PREFIX}{name}{'' if '_embedding_' in name else '.weight'}":
+               np.ascontiguousarray(np.asarray(value, np.float32))
                for name, value in unnested(adapter.weights).items()}
     heads = write_tensors(_head_entries(model, lora.heads), params)
     tensors.update({f"{PREFIX}{name}": value for name, value in heads.items()})
@@ -282,9 +316,10 @@ def load_adapter(path: str | os.PathLike, model: Any, params: Any) -> tuple[Adap
         raise PretrainedError(f"{root}: {err} (an adapter of another base model?)") from None
     weights, expected = {}, set()
     for site in lora.sites:
-        for part, shape in (("lora_A", (config.rank, site.in_features)),
-                            ("lora_B", (site.out_features, config.rank))):
-            key = f"{PREFIX}{site.name}.{part}.weight"
+        a, b = site.parts
+        for part, shape in ((a, (config.rank, site.in_features)),
+                            (b, (site.out_features, config.rank))):
+            key = f"{PREFIX}{site.name}.{part}{'' if site.embedding else '.weight'}"
             expected.add(key)
             if key not in tensors:
                 raise PretrainedError(f"{root / WEIGHTS_FILE}: no {key} (the config targets "
