@@ -119,6 +119,25 @@ def test_adapter_files_keep_peft_names_both_ways(tmp_path):
     jax.tree_util.tree_map(np.testing.assert_array_equal, params_again, params)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", [
+    "decoders/gemma", "decoders/mistral", "decoders/qwen2", "encoders/bert_qa",
+    "encoders/electra_tokcls", "encoders/xlm_roberta_seqcls", "encoders/modernbert_seqcls",
+    "encoders/deberta_v2_seqcls", "encoders/distilbert_qa", "tiny_bart", "tiny_m2m100",
+    "tiny_mbart50", "tiny_nllb", "tiny_marian_untied"])
+def test_every_other_family_takes_its_default_targets_both_ways(fixture, tmp_path):
+    base = load_pretrained(ROOT / "tests" / "fixtures" / fixture)
+    lora = lora_for(base.model, base.params, rank=2)
+    assert lora.sites and all(s.name.endswith(lora.config.targets) for s in lora.sites)
+    assert bool(lora.heads) == (base.kind == "encoder")   # the task head is trained
+    weights = jax.tree_util.tree_map(lambda w: w + 0.5, lora.init(jax.random.PRNGKey(0)))
+    save_adapter(base.model, Adapter(lora, weights), base.params, tmp_path / "a")
+    again, params = load_adapter(tmp_path / "a", base.model, base.params)
+    assert again.lora == lora
+    jax.tree_util.tree_map(np.testing.assert_array_equal, again.weights, weights)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, params, base.params)
+
+
 def test_merge_and_unmerge():
     base = base_of("llama")
     lora = lora_for(base.model, base.params, rank=2, targets=["k_proj", "up_proj", "o_proj"])
