@@ -243,6 +243,46 @@ def test_adapters_over_an_int8_base_get_the_gradients_of_the_float_base():
         assert 0 < np.abs(got[name]).max() and error < 0.2, name
 
 
+@pytest.mark.slow
+def test_a_lora_task_trains_adapters_and_head_only(tmp_path):
+    from textkit.tasks.lora import with_lora
+    from textkit.tasks.sequence_classification import (
+        SequenceClassificationConfig,
+        SequenceClassificationTask,
+    )
+    from textkit.training import RunDir
+
+    config = SequenceClassificationConfig(
+        pretrained=str(ROOT / "tests" / "fixtures" / "encoders" / "roberta_seqcls"),
+        save_dir=str(tmp_path), **SequenceClassificationConfig.tiny,
+        lora=LoraSettings(lora_rank=2, lora_dropout=0.1))
+    task = with_lora(SequenceClassificationTask(config, RunDir(tmp_path),
+                                                log=lambda message: None))
+    data = {split: task.read_split(split) for split in task.splits}
+    task.prepare(data)
+    model = task.build_model()
+    tx, _ = task.optimizer(4)
+    state = create_train_state(task.init_params(model, jax.random.PRNGKey(0)), tx,
+                               jax.random.PRNGKey(1), frozen=task.frozen_params())
+    assert set(state.params["heads"]) == {"classifier_dense", "classifier"}
+    assert not set(state.frozen) & set(state.params["heads"])
+    trained = {x.shape for x in jax.tree_util.tree_leaves(state.params)}
+    assert {x.shape for x in jax.tree_util.tree_leaves(state.opt_state) if x.ndim} <= trained
+    frozen = jax.tree_util.tree_map(np.array, state.frozen)
+    before = jax.tree_util.tree_map(np.array, state.params)
+    step = task.make_train_step(model, tx)
+    batch = next(iter(task.make_loader(data["train"], train=True)))
+    for _ in range(2):                                   # the first step's warm-up rate is 0
+        state, metrics = step(state, batch)
+    assert np.isfinite(metrics["loss"])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, state.frozen, frozen)
+    moved = jax.tree_util.tree_map(lambda a, b: bool((np.asarray(a) != b).any()),
+                                   state.params, before)
+    assert all(jax.tree_util.tree_leaves(moved["heads"]))
+    assert any(jax.tree_util.tree_leaves(moved["lora"]))
+    assert task.evaluate(model, state.params, data["valid"])["accuracy"] >= 0.0
+
+
 def test_bad_targets_and_ranks_are_refused():
     base = base_of("gpt2")
     with pytest.raises(ValueError, match=r"'q_proj' matches no module.*c_attn"):
