@@ -75,7 +75,7 @@ def textkit_case(spec: dict, case: str) -> dict:
     from textkit.models.kernels import quantize_int8
     from textkit.precision import Policy
     from textkit.pretrained.decoders import decoder_config
-    from textkit.pretrained.peft import lora_sites
+    from textkit.pretrained.lora_sites import lora_sites
     from textkit.training import create_train_state, make_train_step
 
     config = decoder_config({**spec["config"], "architectures": ["LlamaForCausalLM"]},

@@ -21,7 +21,8 @@ import pytest
 from textkit.adapters import Adapter, LoraConfig, lora_on_activations, unnested
 from textkit.errors import ConfigError
 from textkit.pretrained import PretrainedError, load_pretrained
-from textkit.pretrained.peft import load_adapter, lora_for, save_adapter
+from textkit.pretrained.lora_sites import lora_for
+from textkit.pretrained.peft import load_adapter, save_adapter
 from textkit.tasks.causal_lm import CausalLMConfig
 from textkit.tasks.lora import LoraSettings
 from textkit.training import create_train_state, make_train_step

@@ -5,7 +5,7 @@
     /tmp/hfenv/bin/python tools/make_peft_adapters.py --check /tmp/lora_exports
 
 For each fixture: the base checkpoint its ``adapter_config.json`` names, a textkit adapter
-(``pretrained.peft.lora_for``: the family's default targets, or every projection for Llama
+(``pretrained.lora_sites.lora_for``: the family's default targets, or every projection for Llama
 (with ``lm_head`` and the embeddings) and GPT-2; rank 2, rsLoRA for Llama) with every weight
 redrawn (A and B normal, std 0.2, so the adapter changes the outputs) and the task head
 changed, written as ``<name>/adapter`` (``save_adapter``), the merged model as
@@ -25,7 +25,8 @@ import numpy as np
 
 from textkit.adapters import Adapter
 from textkit.pretrained import load_pretrained, save_pretrained
-from textkit.pretrained.peft import lora_for, save_adapter
+from textkit.pretrained.lora_sites import lora_for
+from textkit.pretrained.peft import save_adapter
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "peft"

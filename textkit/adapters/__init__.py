@@ -3,7 +3,8 @@
 ``Lora`` (``lora.py``) holds the sites an adapter targets and merges / unmerges adapter
 weights into params; ``lora_on_activations`` (``xpath.py``) runs the adapters beside the
 frozen kernels while training (LoRA dropout, no full-size update). Which sites a model has,
-under transformers' module names, and PEFT's files are ``textkit.pretrained.peft``'s.
+under transformers' module names, is for ``textkit.pretrained.lora_sites`` to say; PEFT's files are
+``textkit.pretrained.peft``'s.
 """
 
 from textkit.adapters.lora import Adapter, Lora, LoraConfig, Site, nested, unnested

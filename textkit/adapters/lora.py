@@ -3,7 +3,7 @@
 A ``Site`` is one adaptable linear map as transformers names it (``q_proj`` of layer 3) and
 where it lives in textkit's params: a leaf (a fused ``qkv`` kernel [D, H + 2 KVH, Dh], a
 gate/up ``wi`` [D, 2, I], an ``out`` [H, Dh, D]) and the slot of that leaf's first feature
-axis it fills. Sites are made from each family's weight map (``textkit.pretrained.peft``); here
+axis it fills. Sites are made from each family's weight map (``pretrained.lora_sites``); here
 they are data. Every site's piece, flattened to [in, out], is ``W.T`` of transformers'
 ``Linear`` weight W [out, in] (``W`` itself for GPT-2's ``Conv1D``, PEFT's ``fan_in_fan_out``),
 so the update of a site is ``scale * A.T @ B.T`` [in, out] reshaped to the piece. An

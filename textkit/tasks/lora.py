@@ -111,7 +111,7 @@ class _LoraTask:
     _frozen: Any
 
     def init_params(self, model: Any, rng: jax.Array) -> Params:
-        from textkit.pretrained.peft import lora_for
+        from textkit.pretrained.lora_sites import lora_for
 
         settings = self.config.lora
         base = super().init_params(model, rng)
