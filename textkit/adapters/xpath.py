@@ -59,15 +59,16 @@ def lora_on_activations(lora: Lora, weights: Any, rng: jax.Array | None = None
         part = args[1] if len(args) > 1 else kwargs.get("part")
         lead = x.shape[:x.ndim - module.contract]
         rows = x.reshape(-1, math.prod(x.shape[x.ndim - module.contract:])).astype(jnp.float32)
-        if rng is not None and lora.config.dropout > 0.0:
-            rows = dropout(rows, lora.config.dropout, jax.random.fold_in(rng, calls[0]))
-        calls[0] += 1
         features = (module.features,) if isinstance(module.features, int) else \
             tuple(module.features)
         delta = None
         for site in sites:
+            inputs = rows
+            if rng is not None and lora.config.dropout > 0.0:   # one mask per site, as peft
+                inputs = dropout(rows, lora.config.dropout, jax.random.fold_in(rng, calls[0]))
+            calls[0] += 1
             a, b = lora.factors(weights, site)
-            term = ((rows @ a) @ b).reshape(*lead, *site.piece[site.contract:])
+            term = ((inputs @ a) @ b).reshape(*lead, *site.piece[site.contract:])
             index = site.index(len(lead))
             if not index:
                 delta = term
@@ -84,9 +85,9 @@ def lora_on_activations(lora: Lora, weights: Any, rng: jax.Array | None = None
         yield
     missed = [s.name for s in lora.sites if s.path not in reached]
     if missed:
-        raise RuntimeError(f"LoRA sites {missed} were not reached by a Dense call of the model "
-                           f"(their kernels are read another way); use Lora.merge for this "
-                           f"model")
+        raise RuntimeError(f"LoRA sites {missed} were not reached by a Dense or Embed call of "
+                           f"the model (their weights are read another way); use Lora.merge "
+                           f"for this model")
 
 
 def _embedding_term(lora: Lora, weights: Any, site: Site, module: Embed,

@@ -1,9 +1,11 @@
-"""LoRA fine-tuning of any task that starts from a checkpoint: ``with_lora(task, settings)``.
+"""LoRA fine-tuning of any task that starts from a checkpoint: ``with_lora(task)``.
 
 ``LoraSettings`` are the recipe flags ``--lora-rank R --lora-alpha A --lora-dropout P
---lora-targets a,b --lora-rslora --merge`` (a config's ``lora`` field; rank 0, the default,
-fine-tunes every weight). ``with_lora`` returns the task as an instance of a subclass of its
-own class whose methods train adapters instead of the model:
+--lora-targets a,b --lora-rslora --quantize-base int8 --merge`` (a config's ``lora`` field;
+rank 0, the default, fine-tunes every weight; ``--quantize-base int8``: the frozen part held in
+int8, evaluated beside the adapters since it cannot be merged). ``with_lora`` returns the
+task as an instance of a subclass of its own class whose methods train adapters instead of the
+model:
 
 * ``init_params`` -> the trained part ``{"lora": adapter weights, "heads": the task head}``
   (the head, PEFT's ``modules_to_save``, is trained fully); ``frozen_params()`` -> the rest of
