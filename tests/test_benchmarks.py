@@ -275,6 +275,16 @@ def test_finetune_benchmark_quick(tmp_path, pack):
     assert result["peer_skipped"] == "--no-peer" and "epoch_ratio" not in result
 
 
+@pytest.mark.slow
+def test_lora_benchmark_quick(tmp_path):
+    result = last_json([str(BENCHMARKS / "lora.py"), "--quick", "--no-peer", "--steps", "1"],
+                       tmp_path)
+    assert positive_finite(*(result[f"textkit_{case}_step_s"] for case in
+                             ("attention", "all", "full")), result["memory_ratio"])
+    assert result["trained_attention"] < result["trained_all"] < result["trained_full"]
+    assert result["peer_skipped"] == "--no-peer" and "step_ratio_all" not in result
+
+
 def test_median_json_combines_the_last_lines_of_several_runs(tmp_path):
     runs = [{"beam4_ratio": r, "greedy_ratio": g, "quick": False, "cpu": {"cpu": "x"},
              "nested": {"a": r * 2}} for r, g in ((2.71, 2.18), (2.98, 2.07), (2.80, 2.05))]

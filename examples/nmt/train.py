@@ -35,6 +35,7 @@ import jax
 
 from textkit import parallel
 from textkit.cli import parse_config, run_main
+from textkit.tasks.lora import LORA_ADDED, with_lora
 from textkit.tasks.translation import TranslationConfig, TranslationTask, choose_final
 from textkit.training import (
     RunDir,
@@ -49,9 +50,9 @@ from textkit.training import (
 RESUME_KEYS = ("dataset", "src_lang", "tgt_lang", "src_lang_code", "tgt_lang_code", "toy_sizes",
                "spm_vocab_size", "spm_model_type", "joint_spm", "max_length", "model",
                "model_overrides", "init_from", "precision", "batch_tokens", "num_buckets",
-               "batch_rows_multiple", "accum_steps", "seed")
+               "batch_rows_multiple", "accum_steps", "seed", "lora")
 # settings added after older run directories were written, with the value those runs had
-ADDED_SINCE = {"accum_steps": 1, "src_lang_code": None, "tgt_lang_code": None}
+ADDED_SINCE = {"accum_steps": 1, "src_lang_code": None, "tgt_lang_code": None, **LORA_ADDED}
 
 
 def report(run: RunDir, summary: dict[str, Any], test: dict[str, Any]) -> None:
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,
                        runs_folder=config.runs_folder, processes=config.launch,
                        check=RESUME_KEYS, added=ADDED_SINCE)
-    task = TranslationTask(config, run)                 # refuses a --max-length too long
+    task = with_lora(TranslationTask(config, run))      # refuses a --max-length too long
     data = {split: task.read_split(split) for split in task.splits}   # train: streamed
     task.prepare(data)
     loader = task.make_loader(data["train"], train=True)
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fit_config.max_steps or fit_config.epochs * len(loader))
     init_key, train_key = jax.random.split(jax.random.PRNGKey(config.seed))
     state = parallel.replicate(create_train_state(task.init_params(model, init_key), optimizer,
-                                                  train_key), mesh)
+                                                  train_key, frozen=task.frozen_params()), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     train_step = task.make_train_step(model, optimizer,
                                       **parallel.train_step_shardings(mesh, state))

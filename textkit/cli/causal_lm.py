@@ -22,12 +22,13 @@ from textkit import parallel
 from textkit.cli import run_main
 from textkit.cli.flags import parse_config
 from textkit.tasks.causal_lm import CausalLMConfig, CausalLMTask
+from textkit.tasks.lora import LORA_ADDED, with_lora
 from textkit.training import create_train_state, fit, launch, run_writers
 
 __all__ = ["RESUME_KEYS", "train"]
 
 RESUME_KEYS = ("dataset", "init_from", "model", "model_overrides", "precision", "train_file",
-               "documents", "max_length", "vocab_size", "batch_size", "seed")
+               "documents", "max_length", "vocab_size", "batch_size", "seed", "lora")
 """Settings a resumed run must share with the run it continues."""
 
 
@@ -36,8 +37,8 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config = parse_config(CausalLMConfig, argv, __doc__.splitlines()[0])
     run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,
                        runs_folder=config.runs_folder, processes=config.launch,
-                       check=RESUME_KEYS)
-    task = CausalLMTask(config, run)
+                       check=RESUME_KEYS, added=LORA_ADDED)
+    task = with_lora(CausalLMTask(config, run))
     data = {split: task.read_split(split) for split in task.splits}
     task.prepare(data)
     loader = task.make_loader(data["train"], train=True)
@@ -46,7 +47,7 @@ def train(argv: Sequence[str] | None = None) -> dict[str, Any]:
     optimizer, learning_rate = task.optimizer(total_steps)
     init_key, train_key = jax.random.split(jax.random.PRNGKey(config.seed))
     state = parallel.replicate(create_train_state(task.init_params(model, init_key), optimizer,
-                                                  train_key), mesh)
+                                                  train_key, frozen=task.frozen_params()), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     source = config.init_from or f"{config.model} (random init)"
     run.log(f"{source}: {num_params:,} parameters, policy {model.config.policy}; "

@@ -33,6 +33,7 @@ from textkit.cli.flags import Parser, parse_config
 from textkit.errors import ConfigError
 from textkit.tasks import get_task
 from textkit.tasks.encoder_task import EncoderTask, bucket_padding
+from textkit.tasks.lora import LORA_ADDED, with_lora
 from textkit.training import RunDir, create_train_state, fit, launch, run_writers
 
 __all__ = ["RECIPES", "RESUME_KEYS", "finetune", "main"]
@@ -49,7 +50,7 @@ RECIPES = {
 
 RESUME_KEYS = ("dataset", "pretrained", "init", "model", "model_overrides", "precision",
                "vocab_size", "max_length", "batch_tokens", "num_buckets", "train_file",
-               "accum_steps", "seed")
+               "accum_steps", "seed", "lora")
 """Settings a resumed run must share with the run it continues."""
 
 
@@ -80,8 +81,8 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
         return predict(task_cls, config)
     run, mesh = launch(config.save_dir, config.record(), resume=config.fit.resume,
                        runs_folder=config.runs_folder, processes=config.launch,
-                       check=RESUME_KEYS)
-    task = task_cls(config, run)
+                       check=RESUME_KEYS, added=LORA_ADDED)
+    task = with_lora(task_cls(config, run))
     data = {split: task.read_split(split) for split in task.splits}
     task.prepare(data)
     loader = task.make_loader(data["train"], train=True)
@@ -98,7 +99,7 @@ def finetune(task_cls: type[EncoderTask], argv: Sequence[str] | None,
     optimizer, learning_rate = task.optimizer(total_steps)
     init_key, train_key = jax.random.split(jax.random.PRNGKey(config.seed))
     state = parallel.replicate(create_train_state(task.init_params(model, init_key), optimizer,
-                                                  train_key), mesh)
+                                                  train_key, frozen=task.frozen_params()), mesh)
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     train_step = task.make_train_step(model, optimizer, accum_steps=config.accum_steps,
                                       **parallel.train_step_shardings(mesh, state))

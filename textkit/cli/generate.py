@@ -54,6 +54,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--pretrained", required=True, help="a Hugging Face checkpoint directory "
                    "(GPT-2, Llama, Mistral, Qwen2/3, Gemma, SmolLM)")
+    p.add_argument("--adapter", help="a LoRA adapter directory (PEFT's format: "
+                   "adapter_config.json, adapter_model.safetensors) for --pretrained, merged "
+                   "in")
     p.add_argument("--prompt", action="append", help="a prompt (repeatable); default: one "
                    "prompt per line of standard input")
     p.add_argument("--max-new-tokens", type=_POSITIVE, help="tokens to generate per prompt "
@@ -161,12 +164,15 @@ def run(args: argparse.Namespace, out: Any = None) -> list[dict[str, Any]]:
     if not Path(args.pretrained).is_dir():
         raise ConfigError(f"--pretrained {args.pretrained}: no such directory (expected a "
                           "Hugging Face checkpoint directory)")
+    if args.adapter and not Path(args.adapter).is_dir():
+        raise ConfigError(f"--adapter {args.adapter}: no such directory (expected a PEFT "
+                          "adapter directory)")
     prompts, where = _prompts(args)          # before the model: bad input is refused at once
     from textkit.decoding import Generator
     from textkit.pretrained import load_pretrained
 
     try:
-        loaded = load_pretrained(args.pretrained, policy=args.precision)
+        loaded = load_pretrained(args.pretrained, policy=args.precision, adapter=args.adapter)
         generator = Generator.from_pretrained(loaded, batch_size=args.batch_size,
                                               truncate=args.truncate, **_options(args))
         if args.chat:

@@ -289,20 +289,26 @@ class Generator:
 
     # ------------------------------------------------------------------------ generation
     def generate(self, params: PyTree, prompts: Sequence[str | Sequence[int]], *,
-                 seed: int = 0, **options: Any) -> list[Generation]:
+                 seed: int = 0, adapter: Any = None, **options: Any) -> list[Generation]:
         """One ``Generation`` per prompt (a string, or token ids), in the prompts' order.
-        ``options`` replace ``GenerationConfig`` fields for this call."""
+        ``options`` replace ``GenerationConfig`` fields for this call. ``adapter``: a LoRA
+        ``textkit.adapters.Adapter`` merged into ``params`` for this call (one base, several
+        adapters switched per call; the merge compiles once per adapter shape)."""
         results: dict[int, Generation] = {}
+        if adapter is not None:
+            params = adapter.merge(params)
         for index, piece in self._run(params, prompts, seed, options, stream=False):
             results[index] = piece
         return [results[i] for i in range(len(prompts))]
 
     def generate_stream(self, params: PyTree, prompts: Sequence[str | Sequence[int]], *,
-                        chunk_size: int = 8, seed: int = 0,
+                        chunk_size: int = 8, seed: int = 0, adapter: Any = None,
                         **options: Any) -> Iterator[tuple[int, str]]:
         """``(prompt index, text piece)`` as tokens are produced, ``chunk_size`` tokens per
         compiled call (1: a host round trip per token). Joining a prompt's pieces gives its
-        ``generate`` text. Greedy and sampling only."""
+        ``generate`` text. Greedy and sampling only. ``adapter``: as ``generate``'s."""
+        if adapter is not None:
+            params = adapter.merge(params)
         yield from self._run(params, prompts, seed, {**options, "_chunk": chunk_size},
                              stream=True)
 

@@ -246,7 +246,41 @@ def int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array, *,
       exact and so is every partial sum below 2**24 in magnitude, which an ``A`` up to
       2**24 / 127**2 (1,040) guarantees: the same result as the int32 dot; a longer row can
       differ from it only by float32 rounding of sums beyond 2**24.
+
+    Differentiable in x (not in the weight): the gradient passes straight through the rounding
+    of x and is that of x times the dequantized weight (QLoRA's backward), so adapters trained
+    beside a frozen int8 base get their gradients.
     """
+    return _int8_matmul(x, weight, weight_scale, weight_sum, transposed, columns)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _int8_matmul(x: jax.Array, weight: jax.Array, weight_scale: jax.Array,
+                 weight_sum: jax.Array | None, transposed: bool, columns: bool) -> jax.Array:
+    return _int8_product(x, weight, weight_scale, weight_sum, transposed, columns)
+
+
+def _int8_matmul_forward(x, weight, weight_scale, weight_sum, transposed, columns):
+    out = _int8_product(x, weight, weight_scale, weight_sum, transposed, columns)
+    return out, (weight, weight_scale, jnp.zeros((0,), x.dtype))
+
+
+def _int8_matmul_backward(transposed, columns, residuals, grad):
+    weight, weight_scale, like = residuals
+    scale = weight_scale.astype(jnp.float32)
+    dequantized = weight.astype(jnp.float32) * (scale[:, None] if transposed
+                                                else scale[None, :])   # [M, A] or [A, M]
+    grad = grad.T if columns else grad                                  # [N, M]
+    dx = grad @ dequantized if transposed else grad @ dequantized.T     # [N, A]
+    return dx.astype(like.dtype), None, None, None
+
+
+_int8_matmul.defvjp(_int8_matmul_forward, _int8_matmul_backward)
+
+
+def _int8_product(x: jax.Array, weight: jax.Array, weight_scale: jax.Array,
+                  weight_sum: jax.Array | None, transposed: bool, columns: bool) -> jax.Array:
+    """``int8_matmul``'s forward product."""
     weight_axis = 1 if transposed else 0
     scale = weight_scale.astype(jnp.float32)
     integer = weight.dtype == jnp.int8

@@ -69,7 +69,7 @@ from textkit.pretrained.weights import (
     write_tensors,
 )
 
-__all__ = ["MODEL_TYPES", "encoder_config", "hf_config", "load",
+__all__ = ["MODEL_TYPES", "TASK_HEADS", "encoder_config", "head_modules", "hf_config", "load",
            "params_from_tensors", "save_pretrained", "tensors_from_params", "weight_map",
            "write_checkpoint"]
 
@@ -599,6 +599,23 @@ def weight_map(config: EncoderConfig) -> list[tuple]:
     elif head == "question_answering":
         entries += _dense(("qa_outputs",), "qa_outputs")
     return entries
+
+
+TASK_HEADS = ("sequence_classification", "token_classification", "question_answering")
+"""The heads a fine-tuning task trains from (new) weights: PEFT's ``modules_to_save``."""
+
+
+def head_modules(config: EncoderConfig) -> tuple[str, ...]:
+    """transformers' module names of a task head of ``config`` (``classifier``; RoBERTa's
+    ``classifier`` holds ``dense`` and ``out_proj``; DistilBERT's ``pre_classifier`` and
+    ``classifier``; ``qa_outputs``): what LoRA fine-tuning trains fully (PEFT's
+    ``modules_to_save``). () for the bare model and the pretraining heads."""
+    if config.head not in TASK_HEADS:
+        return ()
+    base = f"{_BASE[config.architecture]}."
+    names = [keys[0] for path, keys, _ in weight_map(config) if path[0] in _HEAD_PARAMS]
+    return tuple(dict.fromkeys(name.split(".")[0] for name in names
+                               if not name.startswith(base)))
 
 
 def _modernbert_head(config: EncoderConfig) -> Iterator[tuple]:

@@ -17,14 +17,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
 from textkit.decoding import GenerationConfig, Translator
 from textkit.decoding.generation_config import NEUTRAL, OPTIONS
 from textkit.decoding.translator import translator_options
 from textkit.models.decoder_lm import DecoderLM
 from textkit.models.sentence_encoder import SentenceEncoder
 from textkit.models.transformer import Transformer
-from textkit.pretrained import bart, decoders, encoders, m2m100, marian, sentence, seq2seq, t5
+from textkit.pretrained import decoders, encoders, sentence, seq2seq
 from textkit.pretrained.errors import PretrainedError, UnsupportedArchitectureError
+from textkit.pretrained.families import SEQ2SEQ_FAMILIES
 from textkit.pretrained.files import (
     GENERATION_TYPES,
     check_types,
@@ -39,11 +43,6 @@ __all__ = ["LOADERS", "generation_config", "generation_options", "load_pretraine
 
 PyTree = Any
 
-SEQ2SEQ_FAMILIES: dict[str, seq2seq.Seq2SeqFamily] = {
-    family.architecture: family
-    for family in (marian.FAMILY, bart.FAMILY, bart.MBART, m2m100.FAMILY, t5.FAMILY, t5.MT5)}
-"""``TransformerConfig.architecture`` -> its encoder-decoder checkpoint family."""
-
 LOADERS: dict[str, Callable[..., Any]] = {
     **{family.model_type: functools.partial(seq2seq.load, family)
        for family in SEQ2SEQ_FAMILIES.values()},
@@ -52,7 +51,8 @@ LOADERS: dict[str, Callable[..., Any]] = {
 """``config.json`` ``model_type`` -> ``loader(root: Path, config: dict, **overrides)``."""
 
 
-def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
+def load_pretrained(path: str | os.PathLike, *, adapter: str | os.PathLike | None = None,
+                    **overrides: Any) -> Pretrained:
     """Load a checkpoint directory by its ``config.json`` ``model_type`` (``LOADERS``) as one
     typed ``Pretrained`` (fields ``kind``, ``model``, ``params``, ``tokenizer``,
     ``target_tokenizer``, ``generation``: ``generation_config.json``, {} when absent).
@@ -74,16 +74,30 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any) -> Pretrained:
     Normalize?) is ``kind="sentence_encoder"``, its model a ``SentenceEncoder``:
     ``model.config`` has ``pooling``, ``dense``, ``normalize``, ``max_seq_length``;
     ``embed_texts`` turns texts into its vectors (``pretrained.sentence``).
+
+    ``adapter``: a PEFT LoRA adapter directory for this base (``peft.load_adapter``): the
+    params come with it merged (its saved modules, a task head, in place) and the result's
+    ``adapter`` holds it.
     """
     root = Path(path)
     if sentence.is_sentence_transformers(root):
+        if adapter is not None:
+            raise UnsupportedArchitectureError(f"{root}: a sentence-transformers directory "
+                                               f"takes no LoRA adapter")
         transformer = _load_checkpoint(sentence.transformer_path(root), **overrides)
         if transformer.kind != "encoder":
             raise UnsupportedArchitectureError(
                 f"{root / 'modules.json'}: the Transformer module is a "
                 f"{type(transformer.model).__name__}, not an encoder")
         return sentence.load(root, transformer)
-    return _load_checkpoint(root, **overrides).replace(generation=_generation_config(root))
+    loaded = _load_checkpoint(root, **overrides).replace(generation=_generation_config(root))
+    if adapter is None:
+        return loaded
+    from textkit.pretrained.peft import load_adapter
+
+    found, params = load_adapter(adapter, loaded.model, loaded.params)
+    return loaded.replace(params=jax.tree_util.tree_map(np.asarray, found.merge(params)),
+                          adapter=found)
 
 
 def _generation_config(root: Path) -> dict[str, Any]:

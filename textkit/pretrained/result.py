@@ -21,7 +21,9 @@ class Pretrained:
     numpy arrays as read). ``tokenizer``: the text side a user types into (Marian's source
     ``MarianTokenizer``, an ``EncoderTokenizer``, an ``LMTokenizer``); ``target_tokenizer``:
     Marian's target side (None elsewhere). ``generation``: the checkpoint's
-    ``generation_config.json`` as a dict ({} when absent).
+    ``generation_config.json`` as a dict ({} when absent). ``adapter``: the
+    ``adapters.Adapter`` of ``load_pretrained(dir, adapter=...)``, already merged into
+    ``params`` (``adapter.unmerge(params)`` gives the base back); None without one.
     """
 
     kind: Kind
@@ -30,6 +32,7 @@ class Pretrained:
     tokenizer: Any
     target_tokenizer: Any = None
     generation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    adapter: Any = None
 
     def replace(self, **fields: Any) -> Pretrained:
         """A copy with ``fields`` replaced (e.g. ``params`` moved to the device)."""

@@ -230,6 +230,12 @@ class Task(abc.ABC):
     def init_params(self, model: nn.Module, rng: jax.Array) -> Params:
         """Fresh parameters of ``model`` (or those of a pretrained checkpoint)."""
 
+    def frozen_params(self) -> Params | None:
+        """The parameters the train state carries frozen beside ``init_params``' (no
+        gradient, no optimizer state: LoRA's base, ``tasks.lora``), once ``init_params`` has
+        run; None: every parameter trains."""
+        return None
+
     # ------------------------------------------------------------------ training
     @abc.abstractmethod
     def make_loss(self, model: nn.Module) -> LossFn:

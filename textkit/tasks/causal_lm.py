@@ -41,6 +41,7 @@ from textkit.models import get_model
 from textkit.precision import Policy
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
+from textkit.tasks.lora import LoraSettings
 from textkit.training.optim import clip_by_global_norm, learning_rate_of, with_loss_scaling
 from textkit.training.schedules import scale_by_budget_schedule
 
@@ -101,14 +102,17 @@ class CausalLMConfig(TaskConfig):
     warmup: float = flag(0.1, "share of the steps spent warming up", group="training")
     weight_decay: float = flag(0.01, "AdamW weight decay", group="training")
     clip_norm: float = flag(1.0, "gradient clipping by global norm", group="training")
-    export: bool = flag(True, "write the best model with save_pretrained to <run>/export",
-                        group="output")
+    export: bool = flag(True, "write the best model with save_pretrained to <run>/export "
+                        "(with LoRA: the adapter in PEFT's format)", group="output")
+    lora: LoraSettings = LoraSettings()
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.documents not in DOCUMENT_LAYOUTS:
             raise ConfigError(f"--documents {self.documents!r}: expected one of "
                               f"{DOCUMENT_LAYOUTS}")
+        self.lora.check(exports=self.export, base=self.init_from, base_flag="--init-from",
+                        int8_base=True)
         if self.max_length < 2 or self.batch_size < 1:
             raise ConfigError(f"need --max-length >= 2 and --batch-size >= 1; got "
                               f"{self.max_length} and {self.batch_size}")

@@ -40,6 +40,7 @@ from textkit.pretrained.encoders import encoder_config
 from textkit.pretrained.files import read_config
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, Params, Task, TaskConfig
+from textkit.tasks.lora import LoraSettings
 from textkit.training.loop import FitConfig
 from textkit.training.optim import clip_by_global_norm, learning_rate_of, with_loss_scaling
 from textkit.training.run_dir import RunDir
@@ -209,7 +210,9 @@ class EncoderTaskConfig(TaskConfig):
                               "predictions.* in the prediction run's directory)",
                               group="output")
     export: bool = flag(True, "export the best parameters with save_pretrained to "
-                        "<run>/export", group="output")
+                        "<run>/export (with LoRA: the adapter in PEFT's format)",
+                        group="output")
+    lora: LoraSettings = LoraSettings()
     toy_examples: int = flag(8000, "training examples of the generated toy data (valid gets "
                              "an eighth)", group="data")
     fit: FitConfig = FitConfig(epochs=3, eval_each_epoch=True)
@@ -235,6 +238,11 @@ class EncoderTaskConfig(TaskConfig):
             object.__setattr__(self, "lr", 5e-4 if scratch else 5e-5)
         if self.accum_steps < 1:
             raise ConfigError(f"--accum-steps {self.accum_steps}: expected >= 1")
+        self.lora.check(exports=self.export, base=self.pretrained if self.init == "pretrained"
+                        else None, base_flag="--pretrained")
+        if self.lora.lora_rank and self.layer_decay is not None:
+            raise ConfigError("--layer-decay with --lora-rank: the adapters have no layer "
+                              "depths; drop one")
 
 
     def check_inputs(self) -> None:

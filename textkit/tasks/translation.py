@@ -65,6 +65,7 @@ from textkit.precision import Policy
 from textkit.pretrained import load_pretrained
 from textkit.settings import flag
 from textkit.tasks.base import LearningRate, LossFn, Params, Task, TaskConfig, register_task
+from textkit.tasks.lora import LoraSettings
 from textkit.training.checkpoint import CheckpointManager, average_checkpoints
 from textkit.training.loop import FitConfig
 from textkit.training.losses import cross_entropy
@@ -506,6 +507,7 @@ class TranslationConfig(TaskConfig):
                                "<run>/export, a checkpoint directory transformers loads "
                                "(default: with --init-from; a model trained from scratch has "
                                "no Hugging Face layout)", group="output")
+    lora: LoraSettings = LoraSettings()
     runs_name = "nmt"
     fit: FitConfig = FitConfig(epochs=8, eval_every=500)
 
@@ -531,6 +533,7 @@ class TranslationConfig(TaskConfig):
         if self.export and not self.init_from:
             raise ConfigError("--export needs --init-from: a model trained from scratch has no "
                               "Hugging Face layout to export to")
+        self.lora.check(exports=self.exports, base=self.init_from, base_flag="--init-from")
 
     @property
     def exports(self) -> bool:

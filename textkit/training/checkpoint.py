@@ -5,6 +5,10 @@ Orbax's standard handler) and ``extra`` (a small JSON dict: the sampler's ``stat
 epoch, metrics, the config). Orbax writes a step into a temporary directory and renames it when
 complete, so a step interrupted mid-write is never listed or restored.
 
+A ``TrainState``'s ``frozen`` part (a LoRA run's base model) is not saved: training never
+changes it, so a step holds the trained parameters and the optimizer state only, and ``restore``
+takes the frozen part from its ``target``.
+
 Retention: the ``max_to_keep`` most recent steps are kept; with ``best_metric`` the best step by
 ``metrics[best_metric]`` is kept as well (``best_mode`` "max" or "min").
 
@@ -45,6 +49,7 @@ from jax.experimental import multihost_utils
 
 from textkit._io import write_json_atomic as _write_json
 from textkit.errors import TextkitError
+from textkit.training.train_step import TrainState
 
 
 def _json_default(value: Any) -> Any:
@@ -240,8 +245,8 @@ class CheckpointManager:
             try:
                 saved = self._manager.save(
                     int(step),
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave(extra)),
+                    args=ocp.args.Composite(state=ocp.args.StandardSave(_trained_part(state)),
+                                            extra=ocp.args.JsonSave(extra)),
                     metrics=metrics or None,
                 )
                 if saved:
@@ -355,11 +360,15 @@ class CheckpointManager:
         try:
             restored = self._manager.restore(
                 step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(target), extra=ocp.args.JsonRestore()))
+                    state=ocp.args.StandardRestore(_trained_part(target)),
+                    extra=ocp.args.JsonRestore()))
         except Exception as error:  # Orbax raises many types for a damaged step
             raise CheckpointError(f"cannot restore step {step} from {self.step_dir(step)}: "
                                   f"{type(error).__name__}: {error}") from error
-        return restored.state, dict(restored.extra)
+        state = restored.state
+        if isinstance(target, TrainState) and target.frozen is not None:
+            state = state.replace(frozen=target.frozen)
+        return state, dict(restored.extra)
 
     def _resolve(self, step: int | str | None) -> int:
         if step is None or step == "latest":
@@ -403,6 +412,11 @@ class CheckpointManager:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def _trained_part(state: Any) -> Any:
+    """``state`` without a ``TrainState``'s frozen part (module docstring)."""
+    return state.replace(frozen=None) if isinstance(state, TrainState) else state
 
 
 def average_checkpoints(

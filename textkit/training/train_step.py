@@ -9,6 +9,11 @@ The train step minimises ``loss_sum / weight_sum`` (per-token mean), multiplied 
 ``loss_scale_of(opt_state)`` so that a ``dynamic_loss_scale`` / ``static_loss_scale`` wrapper in
 the optimizer receives scaled gradients (without such a wrapper the scale is 1). Gradient
 clipping, weight decay and schedules belong in the optimizer chain.
+
+A state with a ``frozen`` part (LoRA's base model, ``create_train_state(..., frozen=...)``)
+calls ``loss_fn((params, frozen), batch, rng)``: the gradient is taken with respect to
+``params`` only, the optimizer sees ``params`` only (so the frozen leaves get no optimizer
+state), and ``frozen`` leaves the step as it came, bit for bit (any dtype: an int8 base too).
 """
 
 from __future__ import annotations
@@ -34,18 +39,23 @@ class TrainState:
 
     ``rng`` is raw uint32 key data (checkpoint friendly) and never changes: each step derives
     its key with ``fold_in(rng, step)``, so a resumed run draws exactly the same keys.
+    ``frozen``: parameters the loss reads but training never changes (module docstring), or
+    None.
     """
 
     step: jax.Array          # int32 []
     params: Any
     opt_state: optax.OptState
     rng: jax.Array           # uint32 key data, e.g. [2]
+    frozen: Any = None
 
 
 def create_train_state(
-    params: Any, optimizer: optax.GradientTransformation, rng: jax.Array
+    params: Any, optimizer: optax.GradientTransformation, rng: jax.Array, *,
+    frozen: Any = None
 ) -> TrainState:
-    """Initial state: step 0, ``optimizer.init(params)`` and the key data of ``rng``."""
+    """Initial state: step 0, ``optimizer.init(params)``, the key data of ``rng`` and the
+    ``frozen`` parameters (no optimizer state; None: every parameter trains)."""
     if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
         rng = jax.random.key_data(rng)
     return TrainState(
@@ -53,7 +63,16 @@ def create_train_state(
         params=params,
         opt_state=optimizer.init(params),
         rng=jnp.asarray(rng),
+        frozen=frozen,
     )
+
+
+def with_frozen(loss_fn: Callable, frozen: Any) -> Callable:
+    """``loss_fn`` of the trained params alone: ``loss_fn((params, frozen), ...)`` when
+    ``frozen`` is not None (a state's frozen part), else ``loss_fn`` itself."""
+    if frozen is None:
+        return loss_fn
+    return lambda params, *args: loss_fn((params, frozen), *args)
 
 
 def _merge_aux(metrics: dict[str, jax.Array], aux: Any) -> dict[str, Any]:
@@ -109,7 +128,7 @@ class TrainStep:
                                else in_shardings)     # one sharding applies to every input
         self._gradients = CompiledStep(gradients, in_shardings=in_shardings)
         update_outputs = None if out_shardings is None else (
-            (out_shardings[0], out_shardings[-1]))               # (state, metrics)
+            (_without_frozen(out_shardings[0]), out_shardings[-1]))   # (state, metrics)
         self._update = jax.jit(update, donate_argnums=(0,) if donate else (), **(
             {} if update_outputs is None else {"out_shardings": update_outputs}))
 
@@ -122,7 +141,9 @@ class TrainStep:
 
     def _finish(self, update: Callable, state: TrainState, gradients: tuple) -> Any:
         grads, carry, loss_parts = gradients
-        new_state, metrics = update(state, grads, *loss_parts)
+        # the frozen part never enters the update: not donated, the same arrays after the step
+        new_state, metrics = update(_without_frozen(state), grads, *loss_parts)
+        new_state = new_state.replace(frozen=state.frozen)
         return (new_state, carry, metrics) if self._carry else (new_state, metrics)
 
     def precompile(self, state: TrainState, batches: Sequence[Mapping[str, Any]],
@@ -144,8 +165,13 @@ class TrainStep:
         is the step for those shapes, compiled without running it."""
         gradients = self._gradients.lower(state, batch, *carry)
         grads, _, loss_parts = gradients.out_info
-        update = self._update.lower(state, grads, *loss_parts)
+        update = self._update.lower(_without_frozen(state), grads, *loss_parts)
         return _LoweredStep(self, gradients, update)
+
+
+def _without_frozen(state: Any) -> Any:
+    """``state`` (a ``TrainState``, or a pytree of its shardings) with no frozen part."""
+    return state.replace(frozen=None) if isinstance(state, TrainState) else state
 
 
 class _LoweredStep:
@@ -274,12 +300,13 @@ def make_train_step(
     def gradients(state: TrainState, batch: Mapping[str, Any], step_carry: Any = None):
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         scale = loss_scale_of(state.opt_state)
+        loss = with_frozen(loss_fn, state.frozen)
         if accum_steps > 1:
             grads, loss_sum, weight_sum, aux, new_carry = _accumulated_gradients(
-                loss_fn, accum_steps, state.params, batch, rng, scale)
+                loss, accum_steps, state.params, batch, rng, scale)
         else:
             grads, loss_sum, weight_sum, aux, new_carry = _gradients(
-                loss_fn, carry, state.params, batch, rng, scale, step_carry)
+                loss, carry, state.params, batch, rng, scale, step_carry)
         if carry:
             new_carry = jax.lax.stop_gradient(new_carry)
         return grads, new_carry, (loss_sum, weight_sum, aux)
