@@ -1,0 +1,43 @@
+"""Build ``tests/fixtures/decoders/qwen2_chat``: the tiny ``qwen2`` fixture with Qwen2.5-Instruct's
+chat template (ChatML), so the chat paths (``Generator.chat``, the server's chat endpoint and
+page) have a checkpoint with a template to render conversations through.
+
+Needs only the standard library; run it from the repository root and commit what it writes::
+
+    python3 tools/make_chat_fixture.py [--shared ../shared] [--out tests/fixtures/decoders]
+
+The template is ``chat_template`` of ``<shared>/data/tokenizers/qwen2.5/tokenizer_config.json``
+(Qwen2.5-0.5B-Instruct's, Apache-2.0; provenance in that folder's SOURCE.md), written as
+``chat_template.jinja``. The tiny tokenizer has none of ChatML's special tokens: ``<|im_start|>``
+and ``<|im_end|>`` are encoded as ordinary bytes, which is enough to exercise the rendering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+         "tokenizer_config.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared", type=Path, default=Path("../shared"))
+    parser.add_argument("--out", type=Path, default=Path("tests/fixtures/decoders"))
+    args = parser.parse_args()
+    source = args.out / "qwen2"
+    target = args.out / "qwen2_chat"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(source / name, target / name)
+    settings = args.shared / "data" / "tokenizers" / "qwen2.5" / "tokenizer_config.json"
+    template = json.loads(settings.read_text(encoding="utf-8"))["chat_template"]
+    (target / "chat_template.jinja").write_text(template, encoding="utf-8")
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
