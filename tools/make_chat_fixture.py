@@ -1,6 +1,6 @@
 """Build ``tests/fixtures/decoders/qwen2_chat``: the tiny ``qwen2`` fixture with Qwen2.5-Instruct's
-chat template (ChatML), so the chat paths (``Generator.chat``, the server's chat endpoint and
-page) have a checkpoint with a template to render conversations through.
+chat template (ChatML) and 512 positions, so the chat paths (``Generator.chat``, the server's
+chat endpoint and page) have a checkpoint with a template to render conversations through.
 
 Needs only the standard library; run it from the repository root and commit what it writes::
 
@@ -19,8 +19,11 @@ import json
 import shutil
 from pathlib import Path
 
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-         "tokenizer_config.json")
+FILES = ("generation_config.json", "model.safetensors", "tokenizer.json",
+           "tokenizer_config.json")
+POSITIONS = 512
+"""The fixture's ``max_position_embeddings`` (qwen2's 128 is shorter than a rendered conversation
+of bytes; rotary positions have no weights, so only config.json changes)."""
 
 
 def main() -> None:
@@ -33,6 +36,9 @@ def main() -> None:
     target.mkdir(parents=True, exist_ok=True)
     for name in FILES:
         shutil.copyfile(source / name, target / name)
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    config["max_position_embeddings"] = POSITIONS
+    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     settings = args.shared / "data" / "tokenizers" / "qwen2.5" / "tokenizer_config.json"
     template = json.loads(settings.read_text(encoding="utf-8"))["chat_template"]
     (target / "chat_template.jinja").write_text(template, encoding="utf-8")

@@ -450,7 +450,8 @@ class Generator:
                                max_lengths=state.caps, eos_id=config.eos_ids,
                                alpha=config.length_penalty, length_offset=0.0,
                                pad_id=self.pad_id, min_length=state.floors, hf_finish=True,
-                               early_stopping=config.early_stopping)
+                               early_stopping=config.early_stopping,
+                               n_best=config.num_return_sequences)
         no_stop = jnp.zeros(self.batch_size, bool)
         return _advance(self.model, params, state, no_stop, jnp.int32(min(step, budget)),
                         config=config, pad_id=self.pad_id)
