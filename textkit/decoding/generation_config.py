@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = ["DEFAULT_NEW_TOKENS", "EARLY_STOPPING", "METADATA", "NEUTRAL", "OPTIONS",
-           "GenerationConfig", "warn_unapplied"]
+           "GenerationConfig", "given_fields", "warn_unapplied"]
 
 DEFAULT_NEW_TOKENS = 20
 """Tokens generated when neither ``max_new_tokens`` nor ``max_length`` is given."""
@@ -189,6 +189,13 @@ class GenerationConfig:
         """The fields outside ``applied`` that differ from their defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in applied and getattr(self, f.name) != f.default}
+
+
+def given_fields(options: Mapping[str, Any]) -> frozenset[str]:
+    """The ``GenerationConfig`` fields a ``generation_config.json`` dict sets (a key of
+    ``OPTIONS`` with a value), so a consumer can tell a checkpoint's choice from a default."""
+    return frozenset(OPTIONS[key][0] for key, value in options.items()
+                     if key in OPTIONS and value is not None)
 
 
 def warn_unapplied(config: GenerationConfig, applied: Collection[str], who: str) -> None:

@@ -55,6 +55,8 @@ __all__ = ["TOP_LOGPROBS", "Engine", "Event", "Job", "QueueFull", "Sampling", "w
 
 TOP_LOGPROBS = 20
 """Alternatives computed at every step (the most a request may ask for)."""
+RATE_WINDOW = 10.0
+"""Seconds over which ``Engine.tokens_per_second`` counts."""
 
 
 class QueueFull(Exception):
@@ -244,6 +246,7 @@ class Engine:
         self._stopping = False
         self.generated_tokens = 0      # counters read by the metrics
         self.finished_jobs = 0
+        self._recent: deque[tuple[float, int]] = deque()   # (time, tokens) of recent steps
 
     # ------------------------------------------------------------------ state for callers
     @property
@@ -255,6 +258,13 @@ class Engine:
     def active_slots(self) -> int:
         """Slots holding a job."""
         return sum(r is not None for r in self._running)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens generated per second over the last ``RATE_WINDOW`` seconds."""
+        now = time.monotonic()
+        recent = [(t, n) for t, n in list(self._recent) if now - t <= RATE_WINDOW]
+        return sum(n for _, n in recent) / RATE_WINDOW
 
     @property
     def busy(self) -> bool:
@@ -343,6 +353,10 @@ class Engine:
                                                            self._cache, host)
         tokens, chosen = np.asarray(tokens), np.asarray(chosen)
         ids, values = np.asarray(ids), np.asarray(values)
+        now = time.monotonic()
+        self._recent.append((now, self.active_slots))
+        while self._recent and now - self._recent[0][0] > RATE_WINDOW:
+            self._recent.popleft()
         for slot, running in enumerate(self._running):
             if running is not None:
                 self._advance(slot, running, int(tokens[slot]), float(chosen[slot]),
