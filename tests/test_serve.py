@@ -205,3 +205,39 @@ def test_metrics_are_prometheus_text(live):
                  "textkit_requests_total"):
         assert f"# TYPE {name} " in text
     assert json.dumps("/v1/completions") in text
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_embeddings_of_a_sentence_encoder():
+    import numpy as np
+
+    loaded = load_pretrained(FIXTURES / "sentence" / "bert_mean_normalize")
+    client = TestClient(create_app(loaded, Settings(model_name="st", embed_batch=4)))
+    texts = ["a short one", "another sentence here", "x"]
+    data = client.post("/v1/embeddings", json={"input": texts}).json()
+    vectors = np.asarray([d["embedding"] for d in data["data"]])
+    batch = loaded.tokenizer.encode_batch(texts)
+    expected = loaded.model.apply({"params": loaded.params}, **batch)["sentence_embedding"]
+    np.testing.assert_allclose(vectors, np.asarray(expected), atol=1e-5)
+    assert data["usage"]["prompt_tokens"] == int(batch["attention_mask"].sum())
+    one = client.post("/v1/embeddings", json={"input": "x"}).json()["data"]
+    assert one[0]["embedding"] == pytest.approx(vectors[2].tolist(), abs=1e-6)
+    bad = client.post("/v1/embeddings", json={"input": ["a " * 600]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input"
+    assert client.post("/v1/completions", json={"prompt": "a"}).status_code == 404
+
+
+def test_translate_with_a_translation_checkpoint():
+    from textkit.pretrained import load_translator
+
+    root = FIXTURES / "tiny_marian"
+    translator, params = load_translator(root)
+    client = TestClient(create_app(load_pretrained(root), Settings(model_name="mt"),
+                                   translator_for=lambda src, tgt, beam: (translator, params)))
+    texts = ["hello world", "a test"]
+    answer = client.post("/v1/translate", json={"text": texts}).json()
+    assert answer["translations"] == translator.translate(params, texts)
+    bad = client.post("/v1/translate", json={"text": "not a list"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "text"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,7 +121,14 @@ def serve(args: argparse.Namespace) -> None:
 
     config = uvicorn.Config(app, host=args.host, port=args.port, access_log=False,
                             timeout_graceful_shutdown=args.drain_timeout, log_level="info")
-    Server(config).run()
+    # uvicorn handles SIGTERM / SIGINT itself (the drain) and raises them again once it has
+    # stopped: ignored then, so that the drained server exits 0 (not run_main's 128 + n)
+    quiet = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        Server(config).run()
+    finally:
+        for sig, handler in quiet.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
