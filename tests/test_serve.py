@@ -241,3 +241,39 @@ def test_translate_with_a_translation_checkpoint():
     assert answer["translations"] == translator.translate(params, texts)
     bad = client.post("/v1/translate", json={"text": "not a list"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "text"
+
+
+@pytest.mark.slow
+def test_chat_page_streams_a_reply(live, tmp_path):
+    """Debian's chromium + chromium-driver drive the page: a system prompt, a message, the
+    streamed reply; the screenshot is saved (``TEXTKIT_CHAT_SCREENSHOT``: where, e.g. the
+    docs' docs/images/chat_page.png)."""
+    import os
+    import shutil
+
+    webdriver = pytest.importorskip("selenium.webdriver")
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("needs Debian's chromium and chromium-driver packages")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=900,700"):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver.get(live.url + "/")
+        driver.find_element(By.ID, "system").send_keys("Be brief.")
+        driver.find_element(By.ID, "message").send_keys("Hello there")
+        driver.find_element(By.ID, "send").click()
+        WebDriverWait(driver, 60).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, ".assistant.done"))
+        assert driver.find_element(By.CSS_SELECTOR, ".assistant span").text
+        assert driver.find_element(By.CSS_SELECTOR, ".user span").text == "Hello there"
+        assert driver.find_element(By.ID, "stop").get_attribute("disabled")
+        path = Path(os.environ.get("TEXTKIT_CHAT_SCREENSHOT", tmp_path / "chat_page.png"))
+        assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
+    finally:
+        driver.quit()
