@@ -353,10 +353,8 @@ class Generator:
         its k best alternatives at each step). ``seed``: sampling's seed; sequence j of
         prompt i draws from its own key (``textkit.decoding.draws``), so its tokens do not
         depend on the prompts batched with it."""
-        results: dict[int, Generation] = {}
-        for index, piece in self._run(params, prompts, seed, options, stream=False,
-                                      logprobs=logprobs):
-            results[index] = piece
+        results = dict(self._run(params, prompts, seed, options, pieces=False,
+                                 logprobs=logprobs))
         return [results[i] for i in range(len(results))]
 
     def chat(self, params: PyTree, conversations: Sequence[Any], *, seed: int = 0,
@@ -367,14 +365,16 @@ class Generator:
                              logprobs=logprobs, **options)
 
     def generate_stream(self, params: PyTree, prompts: str | Sequence[str | Sequence[int]], *,
-                        chunk_size: int = 8, seed: int = 0,
-                        **options: Any) -> Iterator[tuple[int, str]]:
+                        chunk_size: int = 8, seed: int = 0, results: bool = False,
+                        **options: Any) -> Iterator[tuple[int, Any]]:
         """``(result index, text piece)`` as tokens are produced (result indices as
         ``generate``), ``chunk_size`` tokens per compiled call (1: a host round trip per
         token). Joining a result's pieces gives its ``generate`` text. Greedy and sampling
-        only."""
+        only, unless ``results``: then each result's ``(index, Generation)`` comes too, as
+        soon as it is complete (after its pieces; beam search: the whole batch's results, no
+        pieces)."""
         yield from self._run(params, prompts, seed, {**options, "_chunk": chunk_size},
-                             stream=True, logprobs=None)
+                             pieces=True, logprobs=None, results=results)
 
     def warm_up(self, params: PyTree, prompt_lengths: Sequence[int] = (8,), **options: Any
                 ) -> None:
@@ -397,15 +397,17 @@ class Generator:
         return self._quantized[1]
 
     def _run(self, params: PyTree, prompts: str | Sequence[str | Sequence[int]], seed: int,
-             options: dict[str, Any], *, stream: bool,
-             logprobs: int | None) -> Iterator[tuple[int, Any]]:
+             options: dict[str, Any], *, pieces: bool, logprobs: int | None,
+             results: bool = True) -> Iterator[tuple[int, Any]]:
+        """``(result index, text piece)`` with ``pieces``, ``(result index, Generation)`` with
+        ``results``, as they come."""
         params = self._weights(params)
         chunk = options.pop("_chunk", None)
         config = dataclasses.replace(self.config, **options) if options else self.config
         if isinstance(prompts, str):
             prompts = [prompts]
         beams, n = config.num_beams > 1, config.num_return_sequences
-        if beams and stream:
+        if beams and pieces and not results:
             raise ValueError("generate_stream streams greedy or sampled output; "
                              "beam search returns whole hypotheses (use generate)")
         if beams and logprobs is not None:
@@ -432,7 +434,7 @@ class Generator:
 
         for (_, indices), started in one_ahead(enumerate(self._batches(rows)), dispatch):
             yield from self._collect_batch(params, indices, [len(rows[i]) for i in indices],
-                                           started, config, step, stream)
+                                           started, config, step, pieces, results)
 
     def _dispatch_batch(self, params: PyTree, rows: list[list[int]],
                         pairs: list[tuple[int, int]], config: GenerationConfig, seed: int,
@@ -460,8 +462,8 @@ class Generator:
         return "eos" if ids and ids[-1] in config.eos_ids else "length"
 
     def _collect_batch(self, params: PyTree, indices: list[int], prompt_lengths: list[int],
-                       started: Any, config: GenerationConfig, step: int,
-                       stream: bool) -> Iterator[tuple[int, Any]]:
+                       started: Any, config: GenerationConfig, step: int, pieces: bool,
+                       results: bool) -> Iterator[tuple[int, Any]]:
         """Read a dispatched batch (``_dispatch_batch``) of the rows ``indices`` (prompts of
         ``prompt_lengths`` tokens) back: ``(result index, Generation or text piece)``."""
         if config.num_beams > 1:
@@ -475,11 +477,11 @@ class Generator:
                                                 prompt_lengths[r])
             return
         yield from self._sample_rows(params, indices, prompt_lengths, started, config, step,
-                                     stream)
+                                     pieces, results)
 
     def _sample_rows(self, params: PyTree, indices: list[int], prompt_lengths: list[int],
-                     state: _Rows, config: GenerationConfig, step: int,
-                     stream: bool) -> Iterator[tuple[int, Any]]:
+                     state: _Rows, config: GenerationConfig, step: int, pieces: bool,
+                     results: bool) -> Iterator[tuple[int, Any]]:
         """Go on with the greedy / sampling loop ``state`` (its first chunk dispatched) in
         chunks of ``step`` tokens until its rows end, yielding as ``_collect_batch``."""
         count, budget = len(indices), state.tokens.shape[1]
@@ -490,6 +492,7 @@ class Generator:
         emitted = [0] * count
         while True:
             tokens, lengths = np.asarray(state.tokens), np.asarray(state.lengths)
+            finished = []
             for r in range(count):
                 if done_at[r] is not None:
                     continue
@@ -507,20 +510,28 @@ class Generator:
                         k for k in range(1, len(ids) + 1)
                         if _stop(self.tokenizer.decode(ids[:k]), config.stop_strings))
                 texts[r] += piece
-                if stream and piece:
+                if pieces and piece:
                     yield indices[r], piece
+                if done_at[r] is not None:
+                    finished.append(r)
+            if results and finished:
+                yield from self._results(state, indices, prompt_lengths, finished, tokens,
+                                         texts, done_at, stopped, config)
             if all(d is not None for d in done_at):
                 break
             until = min(int(state.step) + step, budget)
             state = _advance(self.model, params, state, jnp.asarray(stopped),
                              jnp.int32(until), config=config, pad_id=self.pad_id)
-        if stream:
-            return
+
+    def _results(self, state: _Rows, indices: list[int], prompt_lengths: list[int],
+                 rows: list[int], tokens: np.ndarray, texts: list[str], done_at: list[Any],
+                 stopped: np.ndarray, config: GenerationConfig) -> Iterator[tuple[int, Any]]:
+        """``(result index, Generation)`` of the finished ``rows`` of ``state``."""
         asked = state.logprobs.shape[1] > 0
         if asked:
             logprobs = np.asarray(state.logprobs)
             top_ids, top_logprobs = np.asarray(state.top_ids), np.asarray(state.top_logprobs)
-        for r in range(count):
+        for r in rows:
             end = done_at[r]
             ids = tokens[r, :end].tolist()
             reason = "stop" if stopped[r] else self._finish_reason(ids, config)
