@@ -86,7 +86,7 @@ class _Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start, status = time.perf_counter(), [0]
+        start, status, ended = time.perf_counter(), [0], [False]
         scope.setdefault("state", {})
 
         async def observed(message: dict) -> None:
@@ -94,13 +94,13 @@ class _Gate:
                 status[0] = message["status"]
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body"):
-                self._log(scope, status[0], time.perf_counter() - start)
+                ended[0] = True
 
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            await refusal(scope, receive, observed)
-            return
-        await self.app(scope, receive, observed)
+        try:
+            refusal = self._refusal(scope)
+            await (refusal or self.app)(scope, receive, observed)
+        finally:        # 499: the client left before the response ended (nginx's code)
+            self._log(scope, status[0] if ended[0] else 499, time.perf_counter() - start)
 
     def _refusal(self, scope: dict) -> JSONResponse | None:
         path = scope["path"]
