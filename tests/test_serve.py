@@ -63,6 +63,7 @@ def _alone(live, prompt, **options):
     return live.generator.generate(live.loaded.params, [prompt], **options)[0]
 
 
+@pytest.mark.slow
 def test_completions_equal_the_generator_alone_under_concurrency(live):
     def ask(prompt):
         return live.client.completions.create(model="tiny-chat", prompt=prompt, max_tokens=12,
@@ -210,6 +211,7 @@ def test_metrics_are_prometheus_text(live):
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.mark.slow
 def test_embeddings_of_a_sentence_encoder():
     import numpy as np
 
@@ -229,6 +231,7 @@ def test_embeddings_of_a_sentence_encoder():
     assert client.post("/v1/completions", json={"prompt": "a"}).status_code == 404
 
 
+@pytest.mark.slow
 def test_translate_with_a_translation_checkpoint():
     from textkit.pretrained import load_translator
 

@@ -160,10 +160,11 @@ class _Slots(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("model",), donate_argnames=("cache",))
 def _decode(model: Any, params: PyTree, cache: PyTree, slots: _Slots
-            ) -> tuple[PyTree, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """One token for every slot: (cache, token int32[B], its raw log-prob float32[B], the
-    ``TOP_LOGPROBS`` best ids int32[B, 20] and log-probs float32[B, 20]). Idle slots write
-    at column 0 of their own row (reset by the next insert) and do not advance."""
+            ) -> tuple[PyTree, _Slots, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One token for every slot: (cache, the slots' next inputs (``last`` the new token,
+    ``steps`` one on), token int32[B], its raw log-prob float32[B], the ``TOP_LOGPROBS`` best
+    ids int32[B, 20] and log-probs float32[B, 20]). Idle slots write at column 0 of their own
+    row (reset by the next insert) and do not advance."""
     active = slots.active
     index = jnp.where(active, cache["index"], 0)
     logits, new = model.apply({"params": params}, {**cache, "index": index}, slots.last,
@@ -181,7 +182,9 @@ def _decode(model: Any, params: PyTree, cache: PyTree, slots: _Slots
     chosen, ids, values = chosen_logprobs(raw, token, TOP_LOGPROBS)
     new = {**new, "index": jnp.where(active, new["index"], 0),
            "position": jnp.where(active, new["position"], cache["position"])}
-    return new, token, chosen, ids, values
+    following = slots._replace(last=jnp.where(active, token, slots.last),
+                               steps=slots.steps + active.astype(jnp.int32))
+    return new, following, token, chosen, ids, values
 
 
 class _Running:
@@ -239,6 +242,7 @@ class Engine:
             pairs=np.zeros((slots, 2), np.int32), do_sample=np.zeros(slots, bool),
             temperature=np.ones(slots, np.float32), top_k=np.zeros(slots, np.int32),
             top_p=np.ones(slots, np.float32))
+        self._device: _Slots | None = None    # the host arrays on the device, while current
         self._running: list[_Running | None] = [None] * slots
         self._queue: deque[Job] = deque()
         self._lock = threading.Condition()
@@ -289,8 +293,7 @@ class Engine:
             tokens = np.full((1, width), self.pad_id, np.int32)
             self._cache = _insert(self.model, self.params, self._cache, jnp.asarray(tokens),
                                   jnp.zeros((1, width), bool), jnp.int32(0))
-        self._cache, *_ = _decode(self.model, self.params, self._cache,
-                                  _Slots(*map(jnp.array, self._host)))
+        self._cache, *_ = _decode(self.model, self.params, self._cache, self._upload())
         jax.block_until_ready(self._cache)
 
     def submit(self, jobs: Sequence[Job]) -> None:
@@ -348,9 +351,10 @@ class Engine:
                 self._start_job(slot, job)
         if not self.active_slots:
             return
-        host = _Slots(*map(jnp.array, self._host))
-        self._cache, tokens, chosen, ids, values = _decode(self.model, self.params,
-                                                           self._cache, host)
+        if self._device is None:       # a slot was filled or freed: the inputs anew
+            self._device = self._upload()
+        self._cache, self._device, tokens, chosen, ids, values = _decode(
+            self.model, self.params, self._cache, self._device)
         tokens, chosen = np.asarray(tokens), np.asarray(chosen)
         ids, values = np.asarray(ids), np.asarray(values)
         now = time.monotonic()
@@ -361,6 +365,10 @@ class Engine:
             if running is not None:
                 self._advance(slot, running, int(tokens[slot]), float(chosen[slot]),
                               list(zip(ids[slot].tolist(), values[slot].tolist())))
+
+    def _upload(self) -> _Slots:
+        """The host's slot inputs as device arrays (copies: the host's change later)."""
+        return _Slots(*map(jnp.array, self._host))
 
     def _next_job(self) -> Job | None:
         with self._lock:
@@ -386,10 +394,12 @@ class Engine:
         h.do_sample[slot], h.temperature[slot] = s.do_sample, s.temperature
         h.top_k[slot], h.top_p[slot] = s.top_k, s.top_p
         self._running[slot] = _Running(job, self.tokenizer.stream())
+        self._device = None
 
     def _free(self, slot: int, event: Event, running: _Running) -> None:
         self._running[slot] = None
         self._host.active[slot] = False
+        self._device = None
         self.finished_jobs += 1
         running.job.emit(event)
 
