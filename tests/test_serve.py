@@ -156,6 +156,8 @@ def test_health_and_models(live):
 @pytest.mark.parametrize("body, status, param", [
     (b"{not json", 400, None),
     ({"prompt": "a", "max_tokens": "many"}, 400, "max_tokens"),
+    ({"prompt": "a", "max_tokens": "12"}, 400, "max_tokens"),
+    ({"prompt": "a", "stream": "yes"}, 400, "stream"),
     ({"prompt": "a", "temperature": 3}, 400, "temperature"),
     ({"prompt": "a", "model": "gpt-4"}, 404, "model"),
     ({"prompt": "a", "max_tokens": 300}, 400, "max_tokens"),

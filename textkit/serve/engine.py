@@ -51,7 +51,7 @@ from textkit.decoding.draws import (
     step_keys,
 )
 
-__all__ = ["TOP_LOGPROBS", "Engine", "Event", "Job", "QueueFull", "Sampling", "wait_idle"]
+__all__ = ["TOP_LOGPROBS", "Engine", "Event", "Job", "QueueFull", "Sampling"]
 
 TOP_LOGPROBS = 20
 """Alternatives computed at every step (the most a request may ask for)."""
@@ -434,11 +434,3 @@ class Engine:
             self._free(slot, event, running)
         else:
             job.emit(event)
-
-
-def wait_idle(engine: Engine, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for ``engine`` to finish its jobs; True when it has."""
-    deadline = time.monotonic() + timeout
-    while engine.busy and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not engine.busy

@@ -63,6 +63,9 @@ class Metrics:
                 "# HELP textkit_generated_tokens_total Tokens the engine generated.",
                 "# TYPE textkit_generated_tokens_total counter",
                 f"textkit_generated_tokens_total {engine.generated_tokens}",
+                "# HELP textkit_finished_jobs_total Choices the engine ended (any reason).",
+                "# TYPE textkit_finished_jobs_total counter",
+                f"textkit_finished_jobs_total {engine.finished_jobs}",
                 "# HELP textkit_tokens_per_second Tokens generated per second, last 10 s.",
                 "# TYPE textkit_tokens_per_second gauge",
                 f"textkit_tokens_per_second {engine.tokens_per_second:.3f}"]

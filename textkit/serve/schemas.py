@@ -73,7 +73,7 @@ class _Body(BaseModel):
     """Unknown fields are refused; OpenAI's unimplemented ones pass at their neutral value
     (``parse``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)   # "12" is not an int here
 
     @classmethod
     def parse(cls, data: Any) -> Any:
@@ -149,7 +149,7 @@ class CompletionRequest(_Sampling):
 class Message(BaseModel):
     """A chat message: ``role`` and ``content`` (a string, or text parts)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "user", "assistant", "developer"]
     content: str | list[dict[str, Any]]
