@@ -59,6 +59,8 @@ logger = logging.getLogger("textkit.serve")
 PAGE = Path(__file__).resolve().parent / "static" / "chat.html"
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 """The engine's finish reasons as OpenAI's."""
+DISCONNECT_CHECK = 0.5
+"""Seconds between checks that a client is still connected."""
 
 
 @dataclasses.dataclass
@@ -216,19 +218,23 @@ class _Generation:
         self.engine.submit(jobs)
         request.state.usage = (sum(map(len, prompts)), 0)
         deadline = time.monotonic() + self.settings.request_timeout
+        check = time.monotonic() + DISCONNECT_CHECK
         left = len(jobs)
         try:
             while left:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     raise RequestError(f"the request took longer than "
                                        f"{self.settings.request_timeout:g} s", None, 504,
                                        "timeout")
-                try:
-                    k, event = await asyncio.wait_for(queue.get(), min(remaining, 0.5))
-                except TimeoutError:
+                if now >= check:        # a client gone while its jobs run: end them
                     if await request.is_disconnected():
                         return
+                    check = now + DISCONNECT_CHECK
+                try:
+                    k, event = await asyncio.wait_for(queue.get(),
+                                                      min(deadline, check) - now)
+                except TimeoutError:
                     continue
                 if event.finish_reason == "cancelled":
                     raise RequestError("the server stopped before the request finished",
