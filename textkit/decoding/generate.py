@@ -20,12 +20,16 @@ Prompts beyond ``batch_size`` run in several batches, one ahead (``textkit.looka
 n + 1 is padded, transferred and dispatched (prefill and first chunk) before batch n is read
 back, so the host's work overlaps the device's; results keep the prompts' order.
 
-Sampling is seeded: the same ``seed`` gives the same tokens. ``generation_config.json``'s keys
-are read by the one reader (``textkit.decoding.generation_config``), as transformers reads them:
-``max_length`` counts each prompt (a row's new tokens are ``max_length`` less its own prompt,
-as that prompt alone gets), so do ``min_length`` and its floor, and beams finish by
-``early_stopping``; options the Generator does not apply at a non-neutral value are named in a
-``UserWarning``.
+Sampling is seeded per row: the seed, the prompt's index and the sequence's index make the row's
+key (``textkit.decoding.draws``), so a prompt's tokens do not depend on its batch-mates. Each
+result (``Generation``) carries its finish reason and token counts, and on request the raw
+log-probabilities of its tokens with their best alternatives; ``num_return_sequences`` gives n
+results per prompt; ``chat`` renders conversations through the checkpoint's chat template.
+``generation_config.json``'s keys are read by the one reader
+(``textkit.decoding.generation_config``), as transformers reads them: ``max_length`` counts each
+prompt (a row's new tokens are ``max_length`` less its own prompt, as that prompt alone gets),
+so do ``min_length`` and its floor, and beams finish by ``early_stopping``; options the
+Generator does not apply at a non-neutral value are named in a ``UserWarning``.
 """
 
 from __future__ import annotations
