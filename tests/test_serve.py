@@ -246,6 +246,8 @@ def test_translate_with_a_translation_checkpoint():
     assert answer["translations"] == translator.translate(params, texts)
     bad = client.post("/v1/translate", json={"text": "not a list"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "text"
+    coded = client.post("/v1/translate", json={"text": ["a"], "tgt_lang": "de"})
+    assert coded.status_code == 400 and coded.json()["error"]["param"] == "tgt_lang"
 
 
 @pytest.mark.slow

@@ -448,9 +448,22 @@ def _add_embedding_route(app: FastAPI, loaded: Any, settings: Settings) -> None:
                 "usage": {"prompt_tokens": sum(lengths), "total_tokens": sum(lengths)}}
 
 
-def _add_translation_route(app: FastAPI, translator_for: Callable[..., Any],
+def _add_translation_route(app: FastAPI, loaded: Any, translator_for: Callable[..., Any],
                            settings: Settings) -> None:
     lock = threading.Lock()
+    languages = tuple(getattr(loaded.target_tokenizer, "languages", ()) or ())
+
+    def check_languages(body: TranslateRequest) -> None:
+        for field in ("src_lang", "tgt_lang"):
+            code = getattr(body, field)
+            if code is None:
+                continue
+            if not languages:
+                raise RequestError(f"{field}={code!r}: this checkpoint takes no language "
+                                   f"codes", field)
+            if code not in languages:
+                raise RequestError(f"{field}={code!r} is not one of the checkpoint's "
+                                   f"{len(languages)} language codes", field)
 
     def run(body: TranslateRequest) -> list[str]:
         with lock:
@@ -463,12 +476,11 @@ def _add_translation_route(app: FastAPI, translator_for: Callable[..., Any],
 
         body = TranslateRequest.parse(await _json(request))
         _check_model(settings, body.model)
+        check_languages(body)
         try:
             texts = await run_in_threadpool(run, body)
-        except (TextkitError, ValueError) as err:
-            param = "src_lang" if "src_lang" in str(err) else (
-                "tgt_lang" if "tgt_lang" in str(err) or "language" in str(err) else "text")
-            raise RequestError(str(err), param) from None
+        except (TextkitError, ValueError) as err:      # e.g. a source too long
+            raise RequestError(str(err), "text") from None
         return {"object": "translation", "model": settings.model_name,
                 "translations": texts}
 
@@ -538,7 +550,7 @@ def create_app(loaded: Any, settings: Settings, *, engine: Engine | None = None,
     elif loaded.kind == "translation":
         if translator_for is None:
             raise ValueError("a translation checkpoint is served through translator_for=")
-        _add_translation_route(app, translator_for, settings)
+        _add_translation_route(app, loaded, translator_for, settings)
     else:
         raise ValueError(f"a {loaded.kind} checkpoint has nothing to serve (causal_lm, "
                          f"sentence_encoder and translation checkpoints do)")
