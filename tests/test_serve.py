@@ -284,3 +284,20 @@ def test_chat_page_streams_a_reply(live, tmp_path):
         assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
     finally:
         driver.quit()
+
+
+def test_an_engine_error_fails_requests_and_health(live, caplog):
+    broken = _engine(live.loaded)
+
+    def fail():
+        raise RuntimeError("boom")
+
+    broken.step = fail
+    with TestClient(create_app(live.loaded, Settings(model_name="m"), engine=broken)) as client:
+        first = client.post("/v1/completions", json={"prompt": "a", "max_tokens": 2})
+        assert first.status_code == 503
+        health = client.get("/health")
+        assert health.status_code == 503 and "boom" in health.json()["reason"]
+        later = client.post("/v1/completions", json={"prompt": "a", "max_tokens": 2})
+        assert later.status_code == 503 and "boom" in later.json()["error"]["message"]
+    assert "the engine stopped on an error" in caplog.text

@@ -41,7 +41,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from textkit.serve.engine import Engine, Event, Job, QueueFull
+from textkit.serve.engine import Engine, EngineStopped, Event, Job, QueueFull
 from textkit.serve.metrics import Metrics
 from textkit.serve.options import Defaults, request_seed
 from textkit.serve.schemas import (
@@ -516,14 +516,20 @@ def create_app(loaded: Any, settings: Settings, *, engine: Engine | None = None,
                                        "rate_limit_error"), 429,
                             headers={"Retry-After": str(settings.retry_after)})
 
+    @app.exception_handler(EngineStopped)
+    async def stopped(request: Request, err: EngineStopped) -> JSONResponse:
+        return JSONResponse(error_body(str(err), None, "service_unavailable"), 503)
+
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
         return JSONResponse(error_body(f"{request.method} {request.url.path}: {err.detail}"),
                             err.status_code)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "draining" if settings.draining else "ok"}
+    async def health() -> JSONResponse:
+        if engine is not None and engine.failure:
+            return JSONResponse({"status": "failed", "reason": engine.failure}, 503)
+        return JSONResponse({"status": "draining" if settings.draining else "ok"})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

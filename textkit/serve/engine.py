@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections import deque
@@ -51,7 +52,9 @@ from textkit.decoding.draws import (
     step_keys,
 )
 
-__all__ = ["TOP_LOGPROBS", "Engine", "Event", "Job", "QueueFull", "Sampling"]
+__all__ = ["TOP_LOGPROBS", "Engine", "EngineStopped", "Event", "Job", "QueueFull", "Sampling"]
+
+logger = logging.getLogger("textkit.serve")
 
 TOP_LOGPROBS = 20
 """Alternatives computed at every step (the most a request may ask for)."""
@@ -61,6 +64,11 @@ RATE_WINDOW = 10.0
 
 class QueueFull(Exception):
     """The engine's queue has no room for a request's jobs."""
+
+
+class EngineStopped(Exception):
+    """The engine is stopping, or stopped on an error (``Engine.failure``): it takes no
+    jobs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +256,7 @@ class Engine:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.failure: str | None = None   # why the loop stopped on an error
         self.generated_tokens = 0      # counters read by the metrics
         self.finished_jobs = 0
         self._recent: deque[tuple[float, int]] = deque()   # (time, tokens) of recent steps
@@ -305,7 +314,7 @@ class Engine:
                 raise ValueError(problem)
         with self._lock:
             if self._stopping:
-                raise QueueFull("the engine is stopping")
+                raise EngineStopped(self.failure or "the engine is stopping")
             if len(self._queue) + len(jobs) > self.max_queue:
                 raise QueueFull(f"{len(self._queue)} jobs wait for a slot (at most "
                                 f"{self.max_queue})")
@@ -332,7 +341,14 @@ class Engine:
                     self._lock.wait()
                 if self._stopping:
                     break
-            self.step()
+            try:
+                self.step()
+            except Exception as err:   # the cache may be gone with it: stop, say why
+                logger.exception("the engine stopped on an error")
+                with self._lock:
+                    self._stopping = True
+                    self.failure = f"the engine stopped on an error: {err!r}"
+                break
         for job in [*self._queue, *(r.job for r in self._running if r is not None)]:
             job.emit(Event("", None, None, [], "cancelled"))
         self._queue.clear()
