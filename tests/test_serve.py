@@ -133,7 +133,15 @@ def test_chat_whole_and_streamed(live):
     assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
 
 
-def test_a_disconnect_frees_its_slot(live):
+def test_a_disconnect_frees_its_slot(live, monkeypatch):
+    step = live.engine.step
+
+    def slow_step():        # 240 tokens take over 4 s: the client leaves long before
+        time.sleep(0.02)
+        step()
+
+    monkeypatch.setattr(live.engine, "step", slow_step)
+    before = live.engine.generated_tokens
     with httpx.stream("POST", f"{live.url}/v1/completions",
                       json={"prompt": "the cat", "max_tokens": 240, "stream": True,
                             "temperature": 0}) as response:
@@ -143,6 +151,7 @@ def test_a_disconnect_frees_its_slot(live):
     while live.engine.active_slots and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live.engine.active_slots == 0
+    assert live.engine.generated_tokens - before < 200      # freed, not run to its end
     metrics = httpx.get(f"{live.url}/metrics").text
     assert "textkit_active_slots 0" in metrics and "textkit_generated_tokens_total" in metrics
 

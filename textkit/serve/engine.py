@@ -14,7 +14,7 @@ times. A request's choice (one of its ``n``) is a ``Job``:
   (``textkit.decoding.draws``: seed, prompt index and choice index folded in, then the slot's
   step), with the raw log-probabilities of the chosen token and its 20 best alternatives;
 * a slot whose job ended (EOS, its length, a stop string, a cancel) is free at once; the next
-  waiting job is inserted before the next step.
+  waiting job is inserted before the next step (``inserts_per_step`` jobs per step).
 
 Every shape is fixed: ``_decode`` compiles once and ``_insert`` once per bucket, all in
 ``warm_up``; nothing compiles while serving. Row b's attention sees only its own valid columns,
@@ -212,11 +212,14 @@ class Engine:
     plus its new tokens fit in it; default the model's ``max_positions``). ``max_queue``: jobs
     waiting for a slot before ``submit`` raises ``QueueFull``. ``quantize="int8"``: int8
     weights (as ``Generator``'s). ``smallest_prefill``: the narrowest prefill bucket (then
-    doubling up to ``context``: one compiled program each)."""
+    doubling up to ``context``: one compiled program each). ``inserts_per_step``: waiting jobs
+    prefilled between two steps (1: requests arriving together get their first tokens one
+    step apart, the first after one prefill, not all after every prefill)."""
 
     def __init__(self, model: Any, params: PyTree, tokenizer: Any, *, slots: int = 8,
                  context: int | None = None, max_queue: int = 64,
-                 quantize: str | None = None, smallest_prefill: int = 8):
+                 quantize: str | None = None, smallest_prefill: int = 8,
+                 inserts_per_step: int = 1):
         limit = model.config.max_positions
         context = context or limit
         if context is None or context < 2:
@@ -224,8 +227,9 @@ class Engine:
                              "names no max_positions: pass context)")
         if limit is not None and context > limit:
             raise ValueError(f"context={context} exceeds the model's {limit} positions")
-        if slots < 1 or max_queue < 1:
-            raise ValueError(f"slots={slots} and max_queue={max_queue}: expected >= 1")
+        if min(slots, max_queue, inserts_per_step) < 1:
+            raise ValueError(f"slots={slots}, max_queue={max_queue} and inserts_per_step="
+                             f"{inserts_per_step}: expected >= 1 each")
         if quantize not in (None, "int8"):
             raise ValueError(f"quantize={quantize!r}; expected None or 'int8'")
         if quantize == "int8":
@@ -240,6 +244,7 @@ class Engine:
                                    carrier=int8_carrier(slots))
         self.model, self.params, self.tokenizer = model, params, tokenizer
         self.slots, self.context, self.max_queue = slots, context, max_queue
+        self.inserts_per_step = inserts_per_step
         self.buckets = _buckets(context, smallest_prefill)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0
         cache = model.apply({"params": params}, slots, context, method="init_cache")
@@ -354,17 +359,17 @@ class Engine:
         self._queue.clear()
 
     def step(self) -> None:
-        """Free cancelled slots, insert waiting jobs into free slots, then generate one token
-        in every busy slot and hand each job its ``Event``."""
+        """Free cancelled slots, insert up to ``inserts_per_step`` waiting jobs into free
+        slots, then generate one token in every busy slot and hand each job its ``Event``."""
         for slot, running in enumerate(self._running):
             if running is not None and running.job.cancelled:
                 self._free(slot, Event("", None, None, [], "cancelled"), running)
-        for slot in range(self.slots):
-            if self._running[slot] is None:
-                job = self._next_job()
-                if job is None:
-                    break
-                self._start_job(slot, job)
+        free = [slot for slot in range(self.slots) if self._running[slot] is None]
+        for slot in free[:self.inserts_per_step]:
+            job = self._next_job()
+            if job is None:
+                break
+            self._start_job(slot, job)
         if not self.active_slots:
             return
         if self._device is None:       # a slot was filled or freed: the inputs anew
