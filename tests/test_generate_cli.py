@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from textkit.cli.generate import _InOrder, main
 from textkit.decoding import Generation, Generator
 from textkit.pretrained import load_pretrained
@@ -37,6 +39,7 @@ def test_results_are_written_in_input_order_as_soon_as_they_can_be():
                                             "finish_reason": "eos"}
 
 
+@pytest.mark.slow
 def test_system_and_interactive_chat(monkeypatch, capsys):
     loaded = load_pretrained(CHAT)
     generator = Generator.from_pretrained(loaded, max_new_tokens=4)

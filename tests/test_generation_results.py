@@ -24,6 +24,7 @@ def chat_lm():
     return load_pretrained(FIXTURES / "qwen2_chat")
 
 
+@pytest.mark.slow
 def test_logprobs_are_the_raw_log_softmax_of_the_forward_logits(chat_lm):
     generator = Generator.from_pretrained(chat_lm, max_new_tokens=6, batch_size=2)
     prompts = [[5, 6, 7, 8], [9, 10]]
