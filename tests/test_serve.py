@@ -198,17 +198,24 @@ def test_bad_chat_requests_name_the_field(live):
 def test_api_key_full_queue_and_timeout(live):
     idle = _engine(live.loaded, max_queue=1)     # never started: jobs wait
     keyed = create_app(live.loaded, Settings(model_name="m", api_key="sesame",
-                                             request_timeout=0.3), engine=idle)
+                                             request_timeout=1.0), engine=idle)
     client = TestClient(keyed)
     assert client.post("/v1/completions", json={"prompt": "a"}).status_code == 401
     assert client.get("/").status_code == 200
     auth = {"Authorization": "Bearer sesame"}
-    full = client.post("/v1/completions", json={"prompt": "a", "n": 2}, headers=auth)
+    too_many = client.post("/v1/completions", json={"prompt": "a", "n": 2}, headers=auth)
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "n"
+    with ThreadPoolExecutor(1) as pool:     # one request waits in the queue of one ...
+        waiting = pool.submit(client.post, "/v1/completions", json={"prompt": "a"},
+                              headers=auth)
+        while not idle.queue_depth:
+            time.sleep(0.01)
+        full = client.post("/v1/completions", json={"prompt": "a"}, headers=auth)
+        late = waiting.result()
     assert full.status_code == 429 and full.headers["Retry-After"] == "1"
     assert full.json()["error"]["type"] == "rate_limit_error"
-    late = client.post("/v1/completions", json={"prompt": "a"}, headers=auth)
     assert late.status_code == 504 and late.json()["error"]["type"] == "timeout"
-    assert idle.queue_depth == 0 or all(job.cancelled for job in idle._queue)
+    assert all(job.cancelled for job in idle._queue)     # ... until its time ran out
 
 
 def test_metrics_are_prometheus_text(live):

@@ -199,6 +199,10 @@ class _Generation:
         """Submit a job per prompt and choice (choice k = prompt i's j-th, k = i * n + j),
         then yield ``(k, event)`` until every job ended; ends the jobs when the client
         leaves, the time runs out or the consumer stops."""
+        if len(prompts) * body.n > self.engine.max_queue:
+            raise RequestError(f"{len(prompts)} prompts x n={body.n} choices exceed the "
+                               f"{self.engine.max_queue} this server queues at once",
+                               "n" if body.n > 1 else "prompt")
         seed = request_seed(body)
         samplings = [self.defaults.sampling(body, len(ids), self.engine.context, seed=seed,
                                             prompt_index=i, choice=j)

@@ -320,6 +320,8 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise EngineStopped(self.failure or "the engine is stopping")
+            if any(job.cancelled for job in self._queue):    # their clients left
+                self._drop_cancelled()
             if len(self._queue) + len(jobs) > self.max_queue:
                 raise QueueFull(f"{len(self._queue)} jobs wait for a slot (at most "
                                 f"{self.max_queue})")
@@ -390,6 +392,12 @@ class Engine:
     def _upload(self) -> _Slots:
         """The host's slot inputs as device arrays (copies: the host's change later)."""
         return _Slots(*map(jnp.array, self._host))
+
+    def _drop_cancelled(self) -> None:
+        """Take the cancelled jobs out of the queue (under the lock), each told so."""
+        for job in [job for job in self._queue if job.cancelled]:
+            self._queue.remove(job)
+            job.emit(Event("", None, None, [], "cancelled"))
 
     def _next_job(self) -> Job | None:
         with self._lock:
