@@ -1,5 +1,7 @@
-"""``serve``: an OpenAI-compatible HTTP server over one checkpoint (``textkit-serve``; the recipe
-``examples/serving/serve.py``). Needs the ``serve`` extra (FastAPI and uvicorn).
+"""``serve``: an OpenAI-compatible HTTP server over one checkpoint, with continuous batching.
+
+``textkit-serve``, or the recipe ``examples/serving/serve.py``. Needs the ``serve`` extra
+(FastAPI and uvicorn).
 
 A decoder-only checkpoint answers ``/v1/completions`` and ``/v1/chat/completions`` through the
 continuous-batching engine (``--batch-size`` slots of ``--context`` tokens each, every program
@@ -39,25 +41,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--pretrained", required=True, help="a checkpoint directory (decoder-only "
                    "LM, sentence-transformers encoder, or translation model)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=number(int, "a port in 0..65535", lambda v: 0 <= v < 65536),
-                   default=8000, help="port to listen on")
+                   default=8000, help="port to listen on (default: 8000; 0: any free one)")
     p.add_argument("--batch-size", type=_POSITIVE, default=8,
-                   help="slots: requests decoded together")
+                   help="slots: requests decoded together (default: 8)")
     p.add_argument("--context", type=number(int, "an integer >= 2", lambda v: v >= 2),
                    help="tokens per slot, prompt and completion (default: the model's "
                         "positions, at most 4096)")
     p.add_argument("--precision", default="float32", type=_policy,
-                   help="precision policy: float32, mixed_bfloat16, mixed_float16 or "
+                   help="precision policy: float32 (default), mixed_bfloat16, mixed_float16 or "
                         "'params=...,compute=...,output=...'")
     p.add_argument("--quantize", choices=["int8"], help="int8 weights (CPU inference)")
     p.add_argument("--max-queue", type=_POSITIVE, default=64,
-                   help="requests' choices waiting for a slot before 429")
+                   help="requests' choices waiting for a slot before 429 (default: 64)")
     p.add_argument("--request-timeout", type=_SECONDS, default=600.0,
-                   help="seconds a request may take")
+                   help="seconds a request may take (default: 600)")
     p.add_argument("--api-key", help="bearer token every request must carry")
     p.add_argument("--drain-timeout", type=_SECONDS, default=30.0,
-                   help="seconds requests in flight get to finish after SIGTERM")
+                   help="seconds requests in flight get to finish after SIGTERM (default: 30)")
     p.add_argument("--model-name", help="the model id clients use (default: the directory's "
                    "name)")
     return p.parse_args(argv)
