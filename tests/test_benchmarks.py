@@ -343,3 +343,14 @@ def test_word2vec_benchmark_quick(tmp_path):
         assert scores["subword_wordsim353.tsv"]["pairs_used"] == 353
         assert scores["subword_simlex999.txt"]["pairs_used"] == 999
     assert "cpu" in result["cpu"]
+
+
+@pytest.mark.slow
+def test_serve_benchmark_without_a_peer(tmp_path):
+    """Two textkit servers (slots and one slot) under a load generator in its own process."""
+    result = last_json([str(BENCHMARKS / "serve.py"), "--quick", "--no-peer", "--rounds", "1",
+                        "--clients", "1,2"], tmp_path)
+    for name in ("textkit_1", "textkit_2", "textkit_batch1_1", "textkit_batch1_2"):
+        assert positive_finite(result[name]["tokens_per_s"], result[name]["ttft_p50_s"])
+        assert result[name]["ttft_p99_s"] >= result[name]["ttft_p50_s"]
+    assert result["vs_peer_tokens_8"] is None and result["quick"] is True

@@ -78,9 +78,11 @@ def test_plain_output_is_one_line_per_prompt(monkeypatch, capsys):
     """Generated line feeds, carriage returns and backslashes are escaped: line i is prompt
     i's, whatever the model writes."""
     from textkit.cli.generate import one_line
-    from textkit.decoding import Generator
+    from textkit.decoding import Generation, Generator
 
-    pieces = [(0, "x\ny"), (1, "back\\slash\r\n"), (0, " z"), (2, "")]
+    pieces = [(0, "x\ny"), (1, "back\\slash\r\n"), (0, " z"), (2, ""),
+              *[(i, Generation(t, [])) for i, t in [(1, "back\\slash\r\n"), (0, "x\ny z"),
+                                                    (2, "")]]]
     monkeypatch.setattr(Generator, "generate_stream", lambda self, *a, **k: iter(pieces))
     status, out, _ = generate(monkeypatch, capsys, [], b"p0\np1\np2\n")
     assert status == 0

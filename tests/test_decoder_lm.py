@@ -108,13 +108,20 @@ def test_batches_run_one_ahead_and_equal_each_batch_generated_alone(monkeypatch)
     generator = Generator.from_pretrained(pretrained, max_new_tokens=6, batch_size=2)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))   # longest first
     batches = [order[k:k + 2] for k in range(0, len(order), 2)]
-    for options in ({}, {"do_sample": True, "top_k": 20}, {"num_beams": 2}):
-        together = generator.generate(pretrained.params, prompts, seed=5, **options)
+    for options in ({}, {"num_beams": 2}):
+        together = generator.generate(pretrained.params, prompts, **options)
         alone = {}
-        for number, batch in enumerate(batches):
+        for batch in batches:
             alone.update(zip(batch, generator.generate(
-                pretrained.params, [prompts[i] for i in batch], seed=5 + number, **options)))
+                pretrained.params, [prompts[i] for i in batch], **options)))
         assert together == [alone[i] for i in range(len(prompts))], options
+    # sampled rows draw from their own keys: the batching does not change them
+    sampled = generator.generate(pretrained.params, prompts, seed=5, do_sample=True, top_k=20)
+    wider = Generator.from_pretrained(pretrained, max_new_tokens=6, batch_size=4)
+    assert wider.generate(pretrained.params, prompts, seed=5, do_sample=True,
+                          top_k=20) == sampled
+    assert generator.generate(pretrained.params, prompts[:1], seed=5, do_sample=True,
+                              top_k=20) == sampled[:1]
     pieces = {i: "" for i in range(len(prompts))}
     for index, piece in generator.generate_stream(pretrained.params, prompts, chunk_size=2):
         pieces[index] += piece
@@ -143,8 +150,9 @@ def test_sampling_is_seeded_and_filters_as_transformers():
     logits = jnp.asarray(data["logits"], jnp.float32)
     for case in data["cases"]:
         config = GenerationConfig(do_sample=True, **case["settings"])
-        draws = np.stack([np.asarray(_choose(config, logits, jax.random.key(k)))
-                          for k in range(300)])                              # [300, rows]
+        choose = jax.jit(jax.vmap(lambda key, config=config: _choose(
+            config, logits, jax.random.split(key, len(logits)))))
+        draws = np.asarray(choose(jax.random.split(jax.random.key(0), 300)))  # [300, rows]
         for row, support in enumerate(case["support"]):
             assert set(draws[:, row]) <= set(support)
             if len(support) <= 5:

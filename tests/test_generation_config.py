@@ -8,6 +8,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from textkit.decoding import GenerationConfig, Generator
@@ -86,8 +87,10 @@ def test_the_generator_names_what_it_does_not_apply():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "mistral"])
 def test_generator_equals_transformers_under_each_option(family):
-    """``max_length`` / ``min_length`` counting each prompt and the three ``early_stopping``
-    rules: all prompts in one batch, each row equal to transformers on that prompt alone."""
+    """``max_length`` / ``min_length`` counting each prompt, the three ``early_stopping``
+    rules and the two best beams (``num_return_sequences``): all prompts in one batch, each
+    row equal to transformers on that prompt alone; the greedy tokens' log-probabilities equal
+    the log-softmax of transformers' raw logits."""
     references = json.loads(REFERENCES.read_text())
     ref = references["families"][family]
     pretrained = load_pretrained(FIXTURES / "decoders" / family)
@@ -95,3 +98,8 @@ def test_generator_equals_transformers_under_each_option(family):
     for name, options in references["cases"].items():
         results = generator.generate(pretrained.params, ref["prompts"], **options)
         assert [r.token_ids for r in results] == ref["outputs"][name], name
+    greedy = generator.generate(pretrained.params, ref["prompts"], max_new_tokens=10,
+                                logprobs=0)
+    for result, expected in zip(greedy, ref["logprobs"]):
+        assert len(result.logprobs) == len(expected)
+        np.testing.assert_allclose(result.logprobs, expected, atol=2e-4)

@@ -8,10 +8,12 @@ environment and commit ``tests/fixtures/decoders/generation_options.json``::
     /tmp/hfenv/bin/python tools/make_generation_references.py
 
 Each prompt of the fixture's ``reference.json`` is generated alone (a batch of one), under
-``CASES``: ``max_length`` counting the prompt, ``min_length`` counting it too, and beam search
-finishing by ``early_stopping`` True, False and "never" with two length penalties. The file
-records transformers' version; textkit's test generates all the prompts in one batch and
-compares each row.
+``CASES``: ``max_length`` counting the prompt, ``min_length`` counting it too, beam search
+finishing by ``early_stopping`` True, False and "never" with two length penalties, and the two
+best beams of four (``num_return_sequences``: a prompt's sequences one after the other, each cut
+after its EOS). ``logprobs``: per prompt, the log-softmax of the greedy steps' raw logits
+(``output_logits``) at the chosen ids, 10 new tokens. The file records transformers' version;
+textkit's test generates all the prompts in one batch and compares each row.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ CASES = {
                         "length_penalty": 2.0},
     "beam4_true_lp2": {"num_beams": 4, "max_new_tokens": 10, "early_stopping": True,
                        "length_penalty": 2.0},
+    "beam4_return2": {"num_beams": 4, "max_new_tokens": 10, "num_return_sequences": 2},
 }
+
+
+def cut(sequence: list[int], eos: list[int]) -> list[int]:
+    """A returned sequence up to and including its first EOS (the rest is padding)."""
+    ends = [i for i, token in enumerate(sequence) if token in eos]
+    return sequence[:ends[0] + 1] if ends else sequence
 
 
 def main() -> None:
@@ -59,10 +68,22 @@ def main() -> None:
                                                do_sample=False, eos_token_id=eos,
                                                pad_token_id=model.config.pad_token_id or 0,
                                                **options)
-                rows.append(generated[0, len(prompt):].tolist())   # a batch of one: no pad
+                eos_ids = eos if isinstance(eos, list) else [eos]
+                rows += [cut(g[len(prompt):].tolist(), eos_ids) for g in generated]
             results[name] = rows
+        logprobs = []
+        for prompt in reference["prompts"]:
+            ids = torch.tensor([prompt])
+            with torch.no_grad():
+                found = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                       do_sample=False, eos_token_id=eos, max_new_tokens=10,
+                                       pad_token_id=model.config.pad_token_id or 0,
+                                       output_logits=True, return_dict_in_generate=True)
+            chosen = found.sequences[0, len(prompt):]
+            logprobs.append([torch.log_softmax(step[0].float(), -1)[token].item()
+                             for step, token in zip(found.logits, chosen)])
         out["families"][family] = {"prompts": reference["prompts"], "eos_token_id": eos,
-                                   "outputs": results}
+                                   "outputs": results, "logprobs": logprobs}
     path = root / "generation_options.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path}")

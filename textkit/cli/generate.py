@@ -4,12 +4,16 @@
 Prompts come from ``--prompt`` (repeatable) or standard input, one per line (UTF-8; a line ends
 at ``\\n``, ``\\r\\n`` or ``\\r``); they are decoded in batches of mixed lengths. Greedy unless
 ``--num-beams`` or ``--sample`` is given or the checkpoint's ``generation_config.json`` says
-otherwise. Plain output is one line per prompt, in input order, streamed as it is produced: a
-backslash, a line feed and a carriage return in the generated text are written ``\\\\``,
-``\\n`` and ``\\r``, so that line *i* of the output always belongs to prompt *i*. ``--jsonl``
-prints one JSON object per prompt, in input order, with ``text`` (as generated) and
-``token_ids`` (the generated ids, without the prompt). ``--chat`` wraps each prompt as a user
-message in the checkpoint's chat template.
+otherwise. Plain output is one line per prompt, in input order: a prompt's line is written as
+soon as it and those before it are complete, the first unfinished one streamed as it is
+produced; a backslash, a line feed and a carriage return in the generated text are written
+``\\\\``, ``\\n`` and ``\\r``, so that line *i* of the output always belongs to prompt *i*.
+``--jsonl`` prints one JSON object per prompt, in input order, each as soon as it can, with
+``text`` (as generated), ``token_ids`` (the generated ids, without the prompt) and
+``finish_reason``. ``--chat`` wraps each prompt as a user message in the checkpoint's chat
+template, after ``--system TEXT`` when given; ``--interactive`` is a multi-turn chat: each line
+of standard input is the user's next message, the reply streamed, the conversation kept.
+``--quantize int8`` decodes with int8 weights (CPU).
 
 Bad input is refused before the model is loaded where it can be (an empty standard input,
 bytes that are not UTF-8, a value out of range), and before generating otherwise (a prompt
@@ -76,6 +80,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--batch-size", type=_POSITIVE, default=8, help="prompts decoded together")
     p.add_argument("--chat", action="store_true", help="apply the checkpoint's chat template")
+    p.add_argument("--system", help="a system message before each chat (with --chat or "
+                   "--interactive)")
+    p.add_argument("--interactive", action="store_true", help="a multi-turn chat: each line "
+                   "of standard input is the next user message, the history kept")
+    p.add_argument("--quantize", choices=["int8"], help="int8 weights (CPU inference)")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per prompt")
     p.add_argument("--precision", default="float32", type=_policy,
                    help="precision policy: float32, mixed_bfloat16, mixed_float16 or "
@@ -83,6 +92,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--truncate", action="store_true", help="cut prompts too long for the "
                    "model from the left (with a warning) instead of refusing them")
     args = p.parse_args(argv)
+    if args.system is not None and not (args.chat or args.interactive):
+        p.error("--system needs --chat or --interactive")
+    if args.interactive and (args.prompt or args.jsonl or (args.num_beams or 1) > 1):
+        p.error("--interactive reads its messages from standard input and streams its "
+                "replies: not with --prompt, --jsonl or --num-beams")
     if args.sample and (args.num_beams or 1) > 1:
         p.error(f"--sample with --num-beams {args.num_beams}: sampling with beams is not "
                 "implemented; give one of them")
@@ -157,9 +171,101 @@ def _check_lengths(generator: Any, prompts: Sequence[Any], args: argparse.Namesp
                               "(cut it from the left)")
 
 
+class _InOrder:
+    """Writes results in input order, each as soon as it and those before it are complete;
+    the plain output streams the first unfinished prompt's pieces as they come."""
+
+    def __init__(self, out: Any, count: int, jsonl: bool):
+        self.out, self.count, self.jsonl = out, count, jsonl
+        self.pieces: list[list[str]] = [[] for _ in range(count)]
+        self.written = [0] * count          # pieces of each prompt written
+        self.results: dict[int, Any] = {}
+        self.shown = 0                      # the first prompt not complete on the output
+
+    def piece(self, index: int, text: str) -> None:
+        self.pieces[index].append(text)
+        if index == self.shown and not self.jsonl:
+            self._catch_up()
+            self.out.flush()
+
+    def done(self, index: int, result: Any) -> None:
+        self.results[index] = result
+        while self.shown in self.results:
+            result = self.results[self.shown]
+            if self.jsonl:
+                self.out.write(json.dumps(_row(result), ensure_ascii=False) + "\n")
+            else:
+                if not self.pieces[self.shown]:      # beam search: no pieces
+                    self.pieces[self.shown].append(result.text)
+                self._catch_up()
+                self.out.write("\n")
+            self.shown += 1
+            if self.shown < self.count and not self.jsonl:
+                self._catch_up()
+        self.out.flush()
+
+    def _catch_up(self) -> None:
+        pieces = self.pieces[self.shown]
+        self.out.write(one_line("".join(pieces[self.written[self.shown]:])))
+        self.written[self.shown] = len(pieces)
+
+
+def _row(result: Any) -> dict[str, Any]:
+    return {"text": result.text, "token_ids": result.token_ids,
+            "finish_reason": result.finish_reason}
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the load_pretrained result, its Generator)."""
+    from textkit.decoding import Generator
+    from textkit.pretrained import load_pretrained
+
+    try:
+        loaded = load_pretrained(args.pretrained, policy=args.precision, adapter=args.adapter)
+        return loaded, Generator.from_pretrained(
+            loaded, batch_size=args.batch_size, truncate=args.truncate,
+            quantize=args.quantize, **_options(args))
+    except ValueError as err:
+        if isinstance(err, TextkitError):
+            raise
+        raise ConfigError(f"--pretrained {args.pretrained}: {err}") from None
+
+
+def _chat_ids(generator: Any, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
+    try:
+        return generator.chat_prompts(conversations)
+    except ValueError as err:        # no chat template, or one that failed
+        raise ConfigError(f"--chat: {err}") from None
+
+
+def _interactive(args: argparse.Namespace, out: Any) -> list[dict[str, Any]]:
+    """The multi-turn session of ``--interactive``: a line in, the reply streamed out."""
+    loaded, generator = _load(args)
+    history = [{"role": "system", "content": args.system}] if args.system else []
+    rows = []
+    for line_number, line in enumerate(sys.stdin, start=1):
+        history.append({"role": "user", "content": line.rstrip("\r\n")})
+        prompt = _chat_ids(generator, [history])
+        where = f"standard input, line {line_number} (the conversation so far)"
+        _check_lengths(generator, prompt, args, lambda _, where=where: where)
+        for _, item in generator.generate_stream(loaded.params, prompt, seed=args.seed,
+                                                 results=True):
+            if isinstance(item, str):
+                out.write(item)
+                out.flush()
+            else:
+                result = item
+        out.write("\n")
+        out.flush()
+        history.append({"role": "assistant", "content": result.text})
+        rows.append(_row(result))
+    return rows
+
+
 def run(args: argparse.Namespace, out: Any = None) -> list[dict[str, Any]]:
-    """Generate for every prompt, written to ``out`` (default: standard output); returns the
-    results (text, token_ids) in input order."""
+    """Generate for every prompt, written to ``out`` (default: standard output) in input
+    order as soon as it can be; returns the results (text, token_ids, finish_reason) in
+    input order."""
     out = out if out is not None else sys.stdout
     if not Path(args.pretrained).is_dir():
         raise ConfigError(f"--pretrained {args.pretrained}: no such directory (expected a "
@@ -167,45 +273,23 @@ def run(args: argparse.Namespace, out: Any = None) -> list[dict[str, Any]]:
     if args.adapter and not Path(args.adapter).is_dir():
         raise ConfigError(f"--adapter {args.adapter}: no such directory (expected a PEFT "
                           "adapter directory)")
+    if args.interactive:
+        return _interactive(args, out)
     prompts, where = _prompts(args)          # before the model: bad input is refused at once
-    from textkit.decoding import Generator
-    from textkit.pretrained import load_pretrained
-
-    try:
-        loaded = load_pretrained(args.pretrained, policy=args.precision, adapter=args.adapter)
-        generator = Generator.from_pretrained(loaded, batch_size=args.batch_size,
-                                              truncate=args.truncate, **_options(args))
-        if args.chat:
-            prompts = [loaded.tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], add_generation_prompt=True) for p in prompts]
-            prompts = [loaded.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-    except ValueError as err:
-        if isinstance(err, TextkitError):
-            raise
-        raise ConfigError(f"--pretrained {args.pretrained}: {err}") from None
+    loaded, generator = _load(args)
+    if args.chat:
+        system = [{"role": "system", "content": args.system}] if args.system else []
+        prompts = _chat_ids(generator, [[*system, {"role": "user", "content": p}]
+                                        for p in prompts])
     _check_lengths(generator, prompts, args, where)
-    if args.jsonl or generator.config.num_beams > 1:
-        results = generator.generate(loaded.params, prompts, seed=args.seed)
-        rows = [{"text": r.text, "token_ids": r.token_ids} for r in results]
-        for row in rows:
-            out.write((json.dumps(row, ensure_ascii=False) if args.jsonl
-                       else one_line(row["text"])) + "\n")
-        out.flush()
-        return rows
-    pieces: dict[int, list[str]] = {}               # stream, prompts in input order
-    shown = 0
-    for index, piece in generator.generate_stream(loaded.params, prompts, seed=args.seed):
-        pieces.setdefault(index, []).append(piece)
-        if index == shown:
-            out.write(one_line(piece))
-            out.flush()
-    texts = ["".join(pieces.get(i, [])) for i in range(len(prompts))]
-    for i in range(len(prompts)):
-        if i > shown:
-            out.write(one_line(texts[i]))
-        out.write("\n")
-    out.flush()
-    return [{"text": t} for t in texts]
+    writer = _InOrder(out, len(prompts), args.jsonl)
+    for index, item in generator.generate_stream(loaded.params, prompts, seed=args.seed,
+                                                 results=True):
+        if isinstance(item, str):
+            writer.piece(index, item)
+        else:
+            writer.done(index, item)
+    return [_row(writer.results[i]) for i in range(len(prompts))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,12 +20,16 @@ Prompts beyond ``batch_size`` run in several batches, one ahead (``textkit.looka
 n + 1 is padded, transferred and dispatched (prefill and first chunk) before batch n is read
 back, so the host's work overlaps the device's; results keep the prompts' order.
 
-Sampling is seeded: the same ``seed`` gives the same tokens. ``generation_config.json``'s keys
-are read by the one reader (``textkit.decoding.generation_config``), as transformers reads them:
-``max_length`` counts each prompt (a row's new tokens are ``max_length`` less its own prompt,
-as that prompt alone gets), so do ``min_length`` and its floor, and beams finish by
-``early_stopping``; options the Generator does not apply at a non-neutral value are named in a
-``UserWarning``.
+Sampling is seeded per row: the seed, the prompt's index and the sequence's index make the row's
+key (``textkit.decoding.draws``), so a prompt's tokens do not depend on its batch-mates. Each
+result (``Generation``) carries its finish reason and token counts, and on request the raw
+log-probabilities of its tokens with their best alternatives; ``num_return_sequences`` gives n
+results per prompt; ``chat`` renders conversations through the checkpoint's chat template.
+``generation_config.json``'s keys are read by the one reader
+(``textkit.decoding.generation_config``), as transformers reads them: ``max_length`` counts each
+prompt (a row's new tokens are ``max_length`` less its own prompt, as that prompt alone gets),
+so do ``min_length`` and its floor, and beams finish by ``early_stopping``; options the
+Generator does not apply at a non-neutral value are named in a ``UserWarning``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -43,32 +47,46 @@ from jax import lax
 
 from textkit.decoding.beam_search import beam_search
 from textkit.decoding.contract import PyTree, model_step_fn
-from textkit.decoding.filters import (
-    NEG_INF,
-    ExcludeTokensStep,
-    banned_ngrams,
-    filled_length,
-    top_k_top_p,
+from textkit.decoding.draws import (
+    chosen_logprobs,
+    draw,
+    kept,
+    row_keys,
+    seed_value,
+    step_keys,
 )
+from textkit.decoding.filters import NEG_INF, ExcludeTokensStep, banned_ngrams, filled_length
 from textkit.decoding.generation_config import GenerationConfig, warn_unapplied
 from textkit.lookahead import one_ahead
 
-__all__ = ["GENERATOR_APPLIES", "Generation", "Generator"]
+__all__ = ["FINISH_REASONS", "GENERATOR_APPLIES", "Generation", "Generator"]
 
 GENERATOR_APPLIES = frozenset({
     "max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams",
     "early_stopping", "do_sample", "temperature", "top_k", "top_p", "min_p",
     "repetition_penalty", "no_repeat_ngram_size", "length_penalty", "eos_ids", "stop_strings",
-    "banned_ids"})
+    "banned_ids", "num_return_sequences"})
 """The ``GenerationConfig`` fields the ``Generator`` follows (others are warned about)."""
 
 
+FINISH_REASONS = ("eos", "stop", "length")
+"""Why a result ended: an EOS id, a stop string, or its length cap."""
+
+
 class Generation(NamedTuple):
-    """One prompt's result: ``text`` (the generated text, without the prompt) and
-    ``token_ids`` (the generated ids, the final EOS included when one ended it)."""
+    """One result: ``text`` (the generated text, without the prompt), ``token_ids`` (the
+    generated ids, the final EOS included when one ended it), ``finish_reason`` (one of
+    ``FINISH_REASONS``), ``prompt_tokens`` (the prompt's length in tokens, after any cut) and,
+    when ``logprobs`` was asked for, ``logprobs`` (the raw log-probability of each generated id,
+    ``textkit.decoding.draws``) and ``top_logprobs`` (per generated id, its ``logprobs`` best
+    alternatives as ``(id, log-probability)``, best first)."""
 
     text: str
     token_ids: list[int]
+    finish_reason: str = "length"
+    prompt_tokens: int = 0
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class _Rows(NamedTuple):
@@ -84,7 +102,10 @@ class _Rows(NamedTuple):
     running: jax.Array       # bool[N]
     seen: jax.Array          # bool[N, V]: ids in the prompt or generated (repetition penalty)
     history: jax.Array       # int32[N, H]: prompt then generated ids, -1 at padding (n-grams)
-    rng: jax.Array           # a key
+    keys: jax.Array          # key[N]: each row's own key (``draws.row_keys``)
+    logprobs: jax.Array      # float32[N, L] (or [N, 0]: not asked): chosen ids' log-probs
+    top_ids: jax.Array       # int32[N, L, K]: the K best alternatives at each step
+    top_logprobs: jax.Array  # float32[N, L, K]: their log-probs
 
 
 def _process(config: GenerationConfig, logits: jax.Array, state: _Rows) -> jax.Array:
@@ -106,18 +127,13 @@ def _process(config: GenerationConfig, logits: jax.Array, state: _Rows) -> jax.A
     return logits
 
 
-def _choose(config: GenerationConfig, logits: jax.Array, key: jax.Array) -> jax.Array:
-    """The next id of each row: argmax (greedy) or a draw after temperature, top-k, top-p and
-    min-p (transformers' warpers, in its order)."""
+def _choose(config: GenerationConfig, logits: jax.Array, keys: jax.Array) -> jax.Array:
+    """The next id of each row: argmax (greedy) or a draw with the row's own key key[N] after
+    temperature, top-k, top-p and min-p (transformers' warpers, in its order; ``draws``)."""
     if not config.do_sample:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     logits = logits / np.float32(config.temperature)
-    values, ids = top_k_top_p(logits, config.top_k, config.top_p)               # [N, K]
-    if config.min_p:
-        probs = jax.nn.softmax(values, axis=-1)
-        values = jnp.where(probs >= config.min_p * probs[:, :1], values, NEG_INF)
-    choice = jax.random.categorical(key, values, axis=-1)
-    return jnp.take_along_axis(ids, choice[:, None], 1)[:, 0].astype(jnp.int32)
+    return draw(keys, logits, kept(logits, config.top_k, config.top_p, config.min_p))
 
 
 @functools.partial(jax.jit, static_argnames=("model", "config", "pad_id"),
@@ -133,9 +149,16 @@ def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, until
     def extend(s: _Rows) -> _Rows:
         logits, cache = model.apply({"params": params}, s.cache, s.last,
                                     method="decode_logits")                     # [N, V]
-        logits = _process(config, logits.astype(jnp.float32), s)
-        token = _choose(config, logits, jax.random.fold_in(s.rng, s.step))      # [N]
+        raw = logits.astype(jnp.float32)
+        token = _choose(config, _process(config, raw, s), step_keys(s.keys, s.step))  # [N]
         token = jnp.where(s.running, token, pad_id)
+        logprobs, top_ids, top_logprobs = s.logprobs, s.top_ids, s.top_logprobs
+        if logprobs.shape[1]:           # asked for: the raw log-probs (``draws``)
+            chosen, ids, values = chosen_logprobs(raw, token, top_ids.shape[2])
+            logprobs = lax.dynamic_update_slice(logprobs, chosen[:, None], (0, s.step))
+            top_ids = lax.dynamic_update_slice(top_ids, ids[:, None], (0, s.step, 0))
+            top_logprobs = lax.dynamic_update_slice(top_logprobs, values[:, None],
+                                                    (0, s.step, 0))
         history, seen = s.history, s.seen         # kept up to date only where an option reads
         if config.no_repeat_ngram_size:
             write = jnp.arange(history.shape[1]) == filled_length(history)[:, None]   # [N, H]
@@ -149,7 +172,8 @@ def _advance(model: Any, params: PyTree, state: _Rows, stopped: jax.Array, until
             lengths=jnp.where(s.running, new_length, s.lengths),
             caps=s.caps, floors=s.floors,
             running=s.running & ~jnp.isin(token, eos) & (new_length < s.caps),
-            seen=seen, history=history, rng=s.rng)
+            seen=seen, history=history, keys=s.keys, logprobs=logprobs, top_ids=top_ids,
+            top_logprobs=top_logprobs)
 
     state = state._replace(running=state.running & ~stopped)
     return lax.while_loop(lambda s: (s.step < until) & jnp.any(s.running), extend, state)
@@ -164,6 +188,12 @@ def _prefill(model: Any, params: PyTree, tokens: jax.Array, mask: jax.Array, *,
         return cache
     return model.apply({"params": params}, cache, tokens[:, :-1], mask[:, :-1],
                        method="prefill")
+
+
+_row_keys = jax.jit(row_keys)
+
+CHAT_ROLES = ("system", "user", "assistant")
+"""The message roles ``Generator.chat`` takes."""
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -249,16 +279,39 @@ class Generator:
             rows.append(ids)
         return rows
 
+    def chat_prompts(self, conversations: Sequence[Any]) -> list[list[int]]:
+        """The prompt ids of each conversation (a list of ``{"role", "content"}`` messages,
+        roles system / user / assistant; or one such conversation) rendered through the
+        checkpoint's chat template with the assistant's turn opened."""
+        if conversations and isinstance(conversations[0], Mapping):
+            conversations = [conversations]
+        prompts = []
+        for number, messages in enumerate(conversations):
+            for index, message in enumerate(messages):
+                where = f"conversation {number}, message {index}"
+                if not isinstance(message, Mapping):
+                    raise TypeError(f"{where}: expected a dict with role and content, got a "
+                                    f"{type(message).__name__}")
+                if message.get("role") not in CHAT_ROLES:
+                    raise ValueError(f"{where}: role {message.get('role')!r}; expected one "
+                                     f"of {', '.join(CHAT_ROLES)}")
+                if not isinstance(message.get("content"), str):
+                    raise TypeError(f"{where}: content must be a string")
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            prompts.append(self.tokenizer.encode(text, add_special_tokens=False))
+        return prompts
+
     def _batches(self, rows: list[list[int]]) -> Iterator[list[int]]:
         """Indices of ``rows`` in batches of similar lengths (longest first)."""
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         for start in range(0, len(order), self.batch_size):
             yield order[start:start + self.batch_size]
 
-    def _start(self, params: PyTree, rows: list[list[int]], config: GenerationConfig,
-               seed: int, budget: int) -> _Rows:
+    def _start(self, params: PyTree, rows: list[list[int]], pairs: list[tuple[int, int]],
+               config: GenerationConfig, seed: int, budget: int,
+               logprobs: int | None) -> _Rows:
         """Prefilled loop state for up to ``batch_size`` prompts (the batch padded), room for
-        ``budget`` new tokens."""
+        ``budget`` new tokens; ``pairs``: each row's (prompt index, sequence index), its key."""
         batch = self.batch_size
         width = _round_up(max(map(len, rows)), 8)
         tokens = np.full((batch, width), self.pad_id, np.int32)
@@ -279,38 +332,60 @@ class Generator:
         caps, floors = np.ones(batch, np.int32), np.zeros(batch, np.int32)
         caps[:len(rows)] = [config.new_tokens(len(ids)) for ids in rows]
         floors[:len(rows)] = [config.min_tokens(len(ids)) for ids in rows]
+        key_pairs = np.zeros((batch, 2), np.int32)
+        key_pairs[:len(rows)] = pairs
+        steps = budget if logprobs is not None else 0
         return _Rows(step=jnp.zeros((), jnp.int32), cache=cache,
                      last=jnp.asarray(tokens[:, -1]),
                      tokens=jnp.full((batch, budget), self.pad_id, jnp.int32),
                      lengths=jnp.zeros((batch,), jnp.int32), caps=jnp.asarray(caps),
                      floors=jnp.asarray(floors), running=jnp.asarray(running),
                      seen=jnp.asarray(seen), history=jnp.asarray(history),
-                     rng=jax.random.key(seed))
+                     keys=_row_keys(seed_value(seed), jnp.asarray(key_pairs)),
+                     logprobs=jnp.zeros((batch, steps), jnp.float32),
+                     top_ids=jnp.zeros((batch, steps, logprobs or 0), jnp.int32),
+                     top_logprobs=jnp.zeros((batch, steps, logprobs or 0), jnp.float32))
 
     # ------------------------------------------------------------------------ generation
-    def generate(self, params: PyTree, prompts: Sequence[str | Sequence[int]], *,
-                 seed: int = 0, adapter: Any = None, **options: Any) -> list[Generation]:
-        """One ``Generation`` per prompt (a string, or token ids), in the prompts' order.
-        ``options`` replace ``GenerationConfig`` fields for this call. ``adapter``: a LoRA
+    def generate(self, params: PyTree, prompts: str | Sequence[str | Sequence[int]], *,
+                 seed: int = 0, logprobs: int | None = None, adapter: Any = None,
+                 **options: Any) -> list[Generation]:
+        """``num_return_sequences`` (n) ``Generation`` per prompt (a string, or token ids; one
+        string is one prompt), in the prompts' order: prompt i's results at i * n .. i * n +
+        n - 1. ``options`` replace ``GenerationConfig`` fields for this call. ``logprobs``
+        (greedy and sampling): None (none), 0 (each generated id's log-probability) or k (and
+        its k best alternatives at each step). ``seed``: sampling's seed; sequence j of
+        prompt i draws from its own key (``textkit.decoding.draws``), so its tokens do not
+        depend on the prompts batched with it. ``adapter``: a LoRA
         ``textkit.adapters.Adapter`` merged into ``params`` for this call (one base, several
         adapters switched per call; the merge compiles once per adapter shape)."""
-        results: dict[int, Generation] = {}
         if adapter is not None:
             params = adapter.merge(params)
-        for index, piece in self._run(params, prompts, seed, options, stream=False):
-            results[index] = piece
-        return [results[i] for i in range(len(prompts))]
+        results = dict(self._run(params, prompts, seed, options, pieces=False,
+                                 logprobs=logprobs))
+        return [results[i] for i in range(len(results))]
 
-    def generate_stream(self, params: PyTree, prompts: Sequence[str | Sequence[int]], *,
-                        chunk_size: int = 8, seed: int = 0, adapter: Any = None,
-                        **options: Any) -> Iterator[tuple[int, str]]:
-        """``(prompt index, text piece)`` as tokens are produced, ``chunk_size`` tokens per
-        compiled call (1: a host round trip per token). Joining a prompt's pieces gives its
-        ``generate`` text. Greedy and sampling only. ``adapter``: as ``generate``'s."""
+    def chat(self, params: PyTree, conversations: Sequence[Any], *, seed: int = 0,
+             logprobs: int | None = None, adapter: Any = None,
+             **options: Any) -> list[Generation]:
+        """The assistant's next turn in each conversation (``chat_prompts``), as ``generate``
+        returns it."""
+        return self.generate(params, self.chat_prompts(conversations), seed=seed,
+                             logprobs=logprobs, adapter=adapter, **options)
+
+    def generate_stream(self, params: PyTree, prompts: str | Sequence[str | Sequence[int]], *,
+                        chunk_size: int = 8, seed: int = 0, results: bool = False,
+                        adapter: Any = None, **options: Any) -> Iterator[tuple[int, Any]]:
+        """``(result index, text piece)`` as tokens are produced (result indices as
+        ``generate``), ``chunk_size`` tokens per compiled call (1: a host round trip per
+        token). Joining a result's pieces gives its ``generate`` text. Greedy and sampling
+        only, unless ``results``: then each result's ``(index, Generation)`` comes too, as
+        soon as it is complete (after its pieces; beam search: the whole batch's results, no
+        pieces). ``adapter``: as ``generate``'s."""
         if adapter is not None:
             params = adapter.merge(params)
         yield from self._run(params, prompts, seed, {**options, "_chunk": chunk_size},
-                             stream=True)
+                             pieces=True, logprobs=None, results=results)
 
     def warm_up(self, params: PyTree, prompt_lengths: Sequence[int] = (8,), **options: Any
                 ) -> None:
@@ -332,35 +407,53 @@ class Generator:
                 carrier=int8_carrier(self.batch_size)))
         return self._quantized[1]
 
-    def _run(self, params: PyTree, prompts: Sequence[str | Sequence[int]], seed: int,
-             options: dict[str, Any], *, stream: bool) -> Iterator[tuple[int, Any]]:
+    def _run(self, params: PyTree, prompts: str | Sequence[str | Sequence[int]], seed: int,
+             options: dict[str, Any], *, pieces: bool, logprobs: int | None,
+             results: bool = True) -> Iterator[tuple[int, Any]]:
+        """``(result index, text piece)`` with ``pieces``, ``(result index, Generation)`` with
+        ``results``, as they come."""
         params = self._weights(params)
         chunk = options.pop("_chunk", None)
         config = dataclasses.replace(self.config, **options) if options else self.config
         if isinstance(prompts, str):
-            raise TypeError("prompts must be a sequence of strings (or of token-id lists), "
-                            "not one string")
-        if config.num_beams > 1 and stream:
+            prompts = [prompts]
+        beams, n = config.num_beams > 1, config.num_return_sequences
+        if beams and pieces and not results:
             raise ValueError("generate_stream streams greedy or sampled output; "
                              "beam search returns whole hypotheses (use generate)")
-        rows = self._prompt_ids(prompts, config)
+        if beams and logprobs is not None:
+            raise ValueError("logprobs are reported for greedy and sampled output, not for "
+                             "beam search")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or logprobs < 0):
+            raise ValueError(f"logprobs={logprobs!r}: expected None or an int >= 0")
+        if beams and n > config.num_beams:
+            raise ValueError(f"num_return_sequences={n} exceeds num_beams={config.num_beams}: "
+                             f"beam search returns at most its beams")
+        prompt_ids = self._prompt_ids(prompts, config)
+        copies = 1 if beams else n     # beam search returns n hypotheses of one row
+        rows = [ids for ids in prompt_ids for _ in range(copies)]
+        pairs = [(i, j) for i in range(len(prompt_ids)) for j in range(copies)]
         budget = max(config.new_tokens(len(ids)) for ids in rows) if rows else 1
         step = chunk or (8 if config.stop_strings else budget)
 
-        def dispatch(batch: tuple[int, list[int]]) -> Any:    # (batch number, prompt indices)
-            number, indices = batch
-            return self._dispatch_batch(params, [rows[i] for i in indices], config,
-                                        seed + number, step, budget)
+        def dispatch(batch: tuple[int, list[int]]) -> Any:    # (batch number, row indices)
+            _, indices = batch
+            return self._dispatch_batch(params, [rows[i] for i in indices],
+                                        [pairs[i] for i in indices], config, seed, step,
+                                        budget, logprobs)
 
         for (_, indices), started in one_ahead(enumerate(self._batches(rows)), dispatch):
-            yield from self._collect_batch(params, indices, started, config, step, stream)
+            yield from self._collect_batch(params, indices, [len(rows[i]) for i in indices],
+                                           started, config, step, pieces, results)
 
-    def _dispatch_batch(self, params: PyTree, rows: list[list[int]], config: GenerationConfig,
-                        seed: int, step: int, budget: int) -> Any:
+    def _dispatch_batch(self, params: PyTree, rows: list[list[int]],
+                        pairs: list[tuple[int, int]], config: GenerationConfig, seed: int,
+                        step: int, budget: int, logprobs: int | None) -> Any:
         """Start one batch of prompts on the device, not waiting for it: beam search's
         ``DecodeOutput``, or the greedy / sampling loop state after its first ``step`` tokens
         (at most ``budget``)."""
-        state = self._start(params, rows, config, seed, budget)
+        state = self._start(params, rows, pairs, config, seed, budget, logprobs)
         if config.num_beams > 1:
             step_fn = model_step_fn(self.model)
             if config.banned_ids:
@@ -370,28 +463,36 @@ class Generator:
                                max_lengths=state.caps, eos_id=config.eos_ids,
                                alpha=config.length_penalty, length_offset=0.0,
                                pad_id=self.pad_id, min_length=state.floors, hf_finish=True,
-                               early_stopping=config.early_stopping)
+                               early_stopping=config.early_stopping,
+                               n_best=config.num_return_sequences)
         no_stop = jnp.zeros(self.batch_size, bool)
         return _advance(self.model, params, state, no_stop, jnp.int32(min(step, budget)),
                         config=config, pad_id=self.pad_id)
 
-    def _collect_batch(self, params: PyTree, indices: list[int], started: Any,
-                       config: GenerationConfig, step: int,
-                       stream: bool) -> Iterator[tuple[int, Any]]:
-        """Read a dispatched batch (``_dispatch_batch``) of the prompts ``indices`` back:
-        ``(prompt index, Generation or text piece)``."""
-        if config.num_beams > 1:
-            tokens = np.asarray(started.tokens[:, 0])
-            lengths = np.asarray(started.lengths[:, 0])
-            for r, i in enumerate(indices):
-                ids = tokens[r, :lengths[r]].tolist()
-                yield i, Generation(self.tokenizer.decode(ids), ids)
-            return
-        yield from self._sample_rows(params, indices, started, config, step, stream)
+    def _finish_reason(self, ids: list[int], config: GenerationConfig) -> str:
+        return "eos" if ids and ids[-1] in config.eos_ids else "length"
 
-    def _sample_rows(self, params: PyTree, indices: list[int], state: _Rows,
-                     config: GenerationConfig, step: int,
-                     stream: bool) -> Iterator[tuple[int, Any]]:
+    def _collect_batch(self, params: PyTree, indices: list[int], prompt_lengths: list[int],
+                       started: Any, config: GenerationConfig, step: int, pieces: bool,
+                       results: bool) -> Iterator[tuple[int, Any]]:
+        """Read a dispatched batch (``_dispatch_batch``) of the rows ``indices`` (prompts of
+        ``prompt_lengths`` tokens) back: ``(result index, Generation or text piece)``."""
+        if config.num_beams > 1:
+            n = config.num_return_sequences
+            tokens, lengths = np.asarray(started.tokens), np.asarray(started.lengths)
+            for r, i in enumerate(indices):
+                for j in range(n):
+                    ids = tokens[r, j, :lengths[r, j]].tolist()
+                    yield i * n + j, Generation(self.tokenizer.decode(ids), ids,
+                                                self._finish_reason(ids, config),
+                                                prompt_lengths[r])
+            return
+        yield from self._sample_rows(params, indices, prompt_lengths, started, config, step,
+                                     pieces, results)
+
+    def _sample_rows(self, params: PyTree, indices: list[int], prompt_lengths: list[int],
+                     state: _Rows, config: GenerationConfig, step: int, pieces: bool,
+                     results: bool) -> Iterator[tuple[int, Any]]:
         """Go on with the greedy / sampling loop ``state`` (its first chunk dispatched) in
         chunks of ``step`` tokens until its rows end, yielding as ``_collect_batch``."""
         count, budget = len(indices), state.tokens.shape[1]
@@ -402,6 +503,7 @@ class Generator:
         emitted = [0] * count
         while True:
             tokens, lengths = np.asarray(state.tokens), np.asarray(state.lengths)
+            finished = []
             for r in range(count):
                 if done_at[r] is not None:
                     continue
@@ -419,17 +521,36 @@ class Generator:
                         k for k in range(1, len(ids) + 1)
                         if _stop(self.tokenizer.decode(ids[:k]), config.stop_strings))
                 texts[r] += piece
-                if stream and piece:
+                if pieces and piece:
                     yield indices[r], piece
+                if done_at[r] is not None:
+                    finished.append(r)
+            if results and finished:
+                yield from self._results(state, indices, prompt_lengths, finished, tokens,
+                                         texts, done_at, stopped, config)
             if all(d is not None for d in done_at):
                 break
             until = min(int(state.step) + step, budget)
             state = _advance(self.model, params, state, jnp.asarray(stopped),
                              jnp.int32(until), config=config, pad_id=self.pad_id)
-        if not stream:
-            for r in range(count):
-                ids = tokens[r, :done_at[r]].tolist()
-                yield indices[r], Generation(texts[r], ids)
+
+    def _results(self, state: _Rows, indices: list[int], prompt_lengths: list[int],
+                 rows: list[int], tokens: np.ndarray, texts: list[str], done_at: list[Any],
+                 stopped: np.ndarray, config: GenerationConfig) -> Iterator[tuple[int, Any]]:
+        """``(result index, Generation)`` of the finished ``rows`` of ``state``."""
+        asked = state.logprobs.shape[1] > 0
+        if asked:
+            logprobs = np.asarray(state.logprobs)
+            top_ids, top_logprobs = np.asarray(state.top_ids), np.asarray(state.top_logprobs)
+        for r in rows:
+            end = done_at[r]
+            ids = tokens[r, :end].tolist()
+            reason = "stop" if stopped[r] else self._finish_reason(ids, config)
+            chosen = logprobs[r, :end].tolist() if asked else None
+            alternatives = [list(zip(top_ids[r, t].tolist(), top_logprobs[r, t].tolist()))
+                            for t in range(end)] if asked else None
+            yield indices[r], Generation(texts[r], ids, reason, prompt_lengths[r], chosen,
+                                         alternatives)
 
 
 def _stop(text: str, stop_strings: tuple[str, ...]) -> int | None:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 __all__ = ["DEFAULT_NEW_TOKENS", "EARLY_STOPPING", "METADATA", "NEUTRAL", "OPTIONS",
-           "GenerationConfig", "warn_unapplied"]
+           "GenerationConfig", "given_fields", "warn_unapplied"]
 
 DEFAULT_NEW_TOKENS = 20
 """Tokens generated when neither ``max_new_tokens`` nor ``max_length`` is given."""
@@ -61,7 +61,8 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     **{key: (key, lambda v: v) for key in (
         "max_new_tokens", "max_length", "min_new_tokens", "min_length", "num_beams",
         "early_stopping", "do_sample", "temperature", "top_k", "top_p", "min_p",
-        "repetition_penalty", "no_repeat_ngram_size", "length_penalty")},
+        "repetition_penalty", "no_repeat_ngram_size", "length_penalty",
+        "num_return_sequences")},
     "eos_token_id": ("eos_ids", _ids),
     "stop_strings": ("stop_strings", _strings),
     "bad_words_ids": ("banned_ids", _single_tokens),
@@ -78,7 +79,7 @@ METADATA = frozenset({
 """Keys that are no search option (or whose ids the tokenizer / model config give)."""
 
 NEUTRAL: dict[str, Any] = {
-    "num_return_sequences": 1, "num_beam_groups": 1, "diversity_penalty": 0.0,
+    "num_beam_groups": 1, "diversity_penalty": 0.0,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
     "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
     "renormalize_logits": False, "suppress_tokens": None, "begin_suppress_tokens": None,
@@ -116,12 +117,14 @@ class GenerationConfig:
     forced_bos_id: int | None = None
     forced_eos_id: int | None = None
     decoder_start_id: int | None = None
+    num_return_sequences: int = 1
 
     def __post_init__(self) -> None:
         optional_positive = lambda v: v is None or v >= 1  # noqa: E731
         checks = [("max_new_tokens", optional_positive(self.max_new_tokens), ">= 1"),
                   ("max_length", optional_positive(self.max_length), ">= 1"),
                   ("num_beams", self.num_beams >= 1, ">= 1"),
+                  ("num_return_sequences", self.num_return_sequences >= 1, ">= 1"),
                   ("early_stopping", any(self.early_stopping is v or self.early_stopping == v
                                          and isinstance(v, str) for v in EARLY_STOPPING),
                    'true, false or "never"'),
@@ -186,6 +189,13 @@ class GenerationConfig:
         """The fields outside ``applied`` that differ from their defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in applied and getattr(self, f.name) != f.default}
+
+
+def given_fields(options: Mapping[str, Any]) -> frozenset[str]:
+    """The ``GenerationConfig`` fields a ``generation_config.json`` dict sets (a key of
+    ``OPTIONS`` with a value), so a consumer can tell a checkpoint's choice from a default."""
+    return frozenset(OPTIONS[key][0] for key, value in options.items()
+                     if key in OPTIONS and value is not None)
 
 
 def warn_unapplied(config: GenerationConfig, applied: Collection[str], who: str) -> None:

@@ -17,12 +17,15 @@ equal those of the row alone (tested against transformers on left- and right-pad
     cache = model.apply(v, cache, tokens, mask, method="prefill")    # one pass over [B, P]
     log_probs, cache = model.apply(v, cache, tokens, method="decode_step")   # f32 [N, V]
     logits, cache = model.apply(v, cache, tokens, method="decode_logits")    # f32 [N, V]
+    logits, cache = model.apply(v, cache, tokens, method="decode_logits_own_slots")
 
 The cache holds, per layer, keys and values [B, KVH, S, Dh] in the compute dtype, and per row
 ``valid`` bool[B, S] (slots holding a real token), ``position`` int32[B] (the next token's
 position) and ``index`` int32[B] (the next slot written, the same for every row: prompts are
-left-padded so that every row's next token goes to the same slot). Every leaf has leading axis B,
-so the decoders of ``textkit.decoding`` tile and reorder it for beams as any cache.
+left-padded so that every row's next token goes to the same slot; ``decode_logits_own_slots``
+writes each row at its own ``index``, for a serving engine whose rows start at different times).
+Every leaf has leading axis B, so the decoders of ``textkit.decoding`` tile and reorder it for
+beams as any cache.
 
 Precision follows ``textkit.models.layers``: compute-dtype matmuls with float32 results; norms,
 rotary positions, softmax and logits in float32.
@@ -162,10 +165,12 @@ class DecoderAttention(nn.Module):
             self.key_norm = RMSNorm(c.policy, c.norm_epsilon)
 
     def __call__(self, x: Array, positions: Array, mask: Array, cache: dict | None = None,
-                 index: Array | None = None, *, deterministic: bool = True):
+                 index: Array | None = None, *, deterministic: bool = True,
+                 own_slots: bool = False):
         """x float32[B, T, D], positions int32[B, T], mask bool[B, 1, 1, T, S] -> float32
         [B, T, D] (and the cache with this call's keys/values written at slots ``index`` ..
-        ``index + T`` when ``cache`` is given; S is then the cache length, else T)."""
+        ``index + T`` when ``cache`` is given; S is then the cache length, else T).
+        ``own_slots`` (T = 1): row b writes at its own slot ``index[b]``."""
         c = self.config
         heads, kv_heads, depth = c.num_heads, c.kv_heads, c.depth
         qkv = self.qkv(x)                                                       # [B,T,H+2KV,Dh]
@@ -179,7 +184,12 @@ class DecoderAttention(nn.Module):
         compute = c.policy.compute_dtype
         key = jnp.swapaxes(key, 1, 2).astype(compute)                           # [B, KV, T, Dh]
         value = jnp.swapaxes(value, 1, 2).astype(compute)
-        if cache is not None:
+        if cache is not None and own_slots:
+            rows = jnp.arange(key.shape[0])
+            cache = {"key": cache["key"].at[rows, :, index].set(key[:, :, 0]),
+                     "value": cache["value"].at[rows, :, index].set(value[:, :, 0])}
+            key, value = cache["key"], cache["value"]                           # [B, KV, S, Dh]
+        elif cache is not None:
             start = (0, 0, index[0], 0)
             cache = {"key": jax.lax.dynamic_update_slice(cache["key"], key, start),
                      "value": jax.lax.dynamic_update_slice(cache["value"], value, start)}
@@ -218,10 +228,11 @@ class DecoderLayer(nn.Module):
         self.drop = Dropout(c.dropout)
 
     def __call__(self, x: Array, positions: Array, mask: Array, cache: dict | None = None,
-                 index: Array | None = None, *, deterministic: bool = True):
+                 index: Array | None = None, *, deterministic: bool = True,
+                 own_slots: bool = False):
         """x float32[B, T, D] -> float32[B, T, D] (and the layer's cache, when given)."""
         found = self.attention(self.attention_norm(x), positions, mask, cache, index,
-                               deterministic=deterministic)
+                               deterministic=deterministic, own_slots=own_slots)
         h, cache = found if cache is not None else (found, None)
         x = x + self.drop(h, deterministic=deterministic)
         x = x + self.drop(self.mlp(self.mlp_norm(x), deterministic=deterministic),
@@ -298,22 +309,28 @@ class DecoderLM(nn.Module):
                 "position": jnp.zeros((batch_size,), jnp.int32),
                 "index": jnp.zeros((batch_size,), jnp.int32)}
 
-    def _extend(self, cache: dict[str, Any], tokens: Array,
-                mask: Array) -> tuple[Array, dict[str, Any]]:
-        """Feed tokens int32[B, T] with validity mask bool[B, T] at the cache's next slots:
-        (final hidden states float32 [B, T, D], cache)."""
+    def _extend(self, cache: dict[str, Any], tokens: Array, mask: Array,
+                own_slots: bool = False) -> tuple[Array, dict[str, Any]]:
+        """Feed tokens int32[B, T] with validity mask bool[B, T] at the cache's next slots
+        (``own_slots``, T = 1: each row at its own next slot): (final hidden states float32
+        [B, T, D], cache)."""
         c = self.config
         index = cache["index"]                                                  # [B]
         length = tokens.shape[1]
         positions = cache["position"][:, None] + row_positions(mask)           # [B, T]
-        valid = jax.lax.dynamic_update_slice(cache["valid"], mask, (0, index[0]))  # [B, S]
-        query_slots = index[0] + jnp.arange(length)                             # [T]
+        if own_slots:
+            valid = cache["valid"].at[jnp.arange(index.shape[0]), index].set(mask[:, 0])
+            query_slots = index[:, None]                                        # [B, 1]
+        else:
+            valid = jax.lax.dynamic_update_slice(cache["valid"], mask, (0, index[0]))
+            query_slots = index[0] + jnp.arange(length)                         # [T]
         attend = attention_mask(query_slots, jnp.arange(valid.shape[1]), valid,
                                 c.sliding_window)
         x = self._inputs(tokens, positions, True)
         layers = []
         for layer, layer_cache in zip(self.layers, cache["layers"]):
-            x, layer_cache = layer(x, positions, attend, layer_cache, index)
+            x, layer_cache = layer(x, positions, attend, layer_cache, index,
+                                   own_slots=own_slots)
             layers.append(layer_cache)
         count = mask.sum(axis=1).astype(jnp.int32)
         return x, {"layers": tuple(layers), "valid": valid,
@@ -328,6 +345,15 @@ class DecoderLM(nn.Module):
                       tokens: Array) -> tuple[Array, dict[str, Any]]:
         """tokens int32[N] -> (next-token logits float32 [N, V], cache one slot on)."""
         x, cache = self._extend(cache, tokens[:, None], jnp.ones((tokens.shape[0], 1), bool))
+        return self._logits(x[:, 0]), cache
+
+    def decode_logits_own_slots(self, cache: dict[str, Any],
+                                tokens: Array) -> tuple[Array, dict[str, Any]]:
+        """As ``decode_logits``, each row b writing at its own slot ``cache["index"][b]``
+        (rows that started at different times share one cache: continuous batching,
+        ``textkit.serve.engine``)."""
+        x, cache = self._extend(cache, tokens[:, None], jnp.ones((tokens.shape[0], 1), bool),
+                                own_slots=True)
         return self._logits(x[:, 0]), cache
 
     def decode_step(self, cache: dict[str, Any],
