@@ -177,3 +177,31 @@ def test_a_bias_table_that_disagrees_with_the_bucket_count_is_named(tmp_path):
                                               r"relative_attention_num_buckets is 32"):
         load_pretrained(copy)
 
+
+
+@pytest.mark.slow
+def test_fine_tune_with_a_prefix_and_export(tmp_path):
+    """``examples/nmt/train.py --init-from`` a T5 v1.1 checkpoint with ``--prefix``: a few
+    steps, then the evaluated parameters exported in T5's layout (the untied head kept),
+    loading back to exactly those parameters."""
+    from subprocesses import load_script
+
+    from textkit.training import RunDir
+
+    root = Path(__file__).resolve().parents[1]
+    train = load_script(root / "examples" / "nmt" / "train.py", "nmt_train_t5")
+    summary = train.main([
+        "--init-from", str(T5_V1_1), "--prefix", "translate English to German: ",
+        "--max-steps", "3", "--toy-sizes", "60,4,4", "--eval-every", "0", "--max-length",
+        "60", "--batch-tokens", "512", "--decode-batch-size", "4", "--lr", "1e-3",
+        "--save-dir", str(tmp_path / "run")])
+    assert summary["steps"] == 3 and summary["export"] == str(tmp_path / "run" / "export")
+    exported = load_pretrained(tmp_path / "run" / "export")
+    assert exported.model.config.architecture == "t5" and not exported.model.config.tie_output
+    final, _ = RunDir(tmp_path / "run").load_final(jax.eval_shape(lambda: exported.params))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, exported.params, final)
+    from textkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="a marian checkpoint takes no text prefix"):
+        train.main(["--init-from", str(FIXTURES / "tiny_marian"), "--prefix", "x: ",
+                    "--max-steps", "1", "--save-dir", str(tmp_path / "other")])

@@ -412,14 +412,15 @@ def choose_final(manager: CheckpointManager, target: Any, average_last: int,
 # ------------------------------------------------------------------------- pretrained models
 def init_from(path: str, precision: str = "float32",
               overrides: str | Mapping[str, Any] = "", src_lang_code: str | None = None,
-              tgt_lang_code: str | None = None) -> Any:
+              tgt_lang_code: str | None = None, prefix: str | None = None) -> Any:
     """An encoder-decoder checkpoint directory (Marian / OPUS-MT, BART, M2M100) ready to
     fine-tune: a translation ``Pretrained`` (``textkit.pretrained.load_pretrained``) with the
     ``precision`` policy and config ``overrides`` (e.g. "dropout=0.1"); params as jax arrays.
     The tokenizers encode the languages ``src_lang_code`` / ``tgt_lang_code`` of a
-    multilingual checkpoint (refused by name for a family without codes); the source tokenizer
-    appends EOS (as the model was trained), the target one does not (the loader adds it);
-    decoding starts from the model's ``decoder_start_id`` (Marian: pad)."""
+    multilingual checkpoint (refused by name for a family without codes); ``prefix`` is put
+    before every source (T5's task prefix; refused for a family without one); the source
+    tokenizer appends EOS (as the model was trained), the target one does not (the loader adds
+    it); decoding starts from the model's ``decoder_start_id`` (Marian, T5: pad)."""
     fields = parse_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
     try:
         pretrained = load_pretrained(path, policy=Policy.parse(precision), **fields)
@@ -433,6 +434,11 @@ def init_from(path: str, precision: str = "float32",
         target = pretrained.target_tokenizer.for_languages(src_lang_code, tgt_lang_code)
     except ValueError as err:
         raise ConfigError(f"--src-lang-code / --tgt-lang-code: {err}") from None
+    if prefix:
+        if not hasattr(source, "prefix"):
+            raise ConfigError(f"--prefix: a {pretrained.model.config.architecture} checkpoint "
+                              f"takes no text prefix (T5-family checkpoints take one)")
+        source = source.configured(prefix=prefix)
     return pretrained.replace(params=jax.tree_util.tree_map(jnp.asarray, pretrained.params),
                               tokenizer=source, target_tokenizer=target.configured(
                                   add_eos=False))
@@ -449,7 +455,8 @@ class TranslationConfig(TaskConfig):
     model: str = flag("transformer_tiny", "a translation preset (textkit.models.list_models"
                       "('translation'))", group="model")
     init_from: str | None = flag(
-        None, "fine-tune an encoder-decoder checkpoint directory (Marian / OPUS-MT, BART) "
+        None, "fine-tune an encoder-decoder checkpoint directory (Marian / OPUS-MT, BART, "
+        "mBART-50, M2M100, NLLB, T5, mT5) "
         "with its own tokenizers (--model, --spm-* and --joint-spm are then unused)",
         group="model")
     src_lang_code: str | None = flag(
@@ -458,6 +465,9 @@ class TranslationConfig(TaskConfig):
     tgt_lang_code: str | None = flag(
         None, "with --init-from a multilingual checkpoint: its target language code (forced "
         "as the first output token); --tgt-lang names the data files", group="model")
+    prefix: str | None = flag(
+        None, "with --init-from a T5-family checkpoint: put before every source, e.g. "
+        "'translate English to German: ' (translate.py --prefix takes it too)", group="model")
     src_lang: str | None = flag(None, "source language: the suffix of the data files (default: "
                                 "the dataset's first); not a checkpoint's language code",
                                 group="data")
@@ -530,6 +540,9 @@ class TranslationConfig(TaskConfig):
             raise ConfigError(f"--toy-sizes takes train,valid,test sizes, got {self.toy_sizes}")
         if self.accum_steps < 1:
             raise ConfigError(f"--accum-steps must be >= 1, got {self.accum_steps}")
+        if self.prefix and not self.init_from:
+            raise ConfigError("--prefix needs --init-from a T5-family checkpoint (a model "
+                              "trained from scratch reads no task prefix)")
         if self.export and not self.init_from:
             raise ConfigError("--export needs --init-from: a model trained from scratch has no "
                               "Hugging Face layout to export to")
@@ -618,7 +631,7 @@ class TranslationTask(Task):
         if config.init_from:
             self.pretrained = init_from(config.init_from, config.precision,
                                         config.model_overrides, config.src_lang_code,
-                                        config.tgt_lang_code)
+                                        config.tgt_lang_code, config.prefix)
             self.src_tokenizer = self.pretrained.tokenizer
             self.tgt_tokenizer = self.pretrained.target_tokenizer
             return
