@@ -1,6 +1,6 @@
 """CTranslate2 timed in its own process, for ``benchmarks/decode.py`` and ``latency.py``.
 
-The worker converts the Marian-layout checkpoint that the textkit and Hugging Face sides read
+The worker converts the checkpoint (Marian, T5, ...) that the textkit and Hugging Face sides read
 (``ctranslate2.converters.TransformersConverter``, float32 weights) and loads it three times:
 ``float32``, ``int8`` and ``int8_float32`` compute types (``intra_threads`` = the cores,
 ``inter_threads`` 1). The int8 modes use the faster of the two int8 types, chosen on the batch
@@ -59,10 +59,6 @@ def main() -> None:
             inter_threads=1) for kind in ("float32", "int8", "int8_float32")}
         steps = int(spec["steps"])
         source = [[pieces[i] for i in row] for row in spec["src"]]
-        sp_source = sentencepiece.SentencePieceProcessor(
-            model_file=str(Path(spec["checkpoint"]) / "source.spm"))
-        sp_target = sentencepiece.SentencePieceProcessor(
-            model_file=str(Path(spec["checkpoint"]) / "target.spm"))
 
         def run(translator, batch, beams: int, length: int):
             return translator.translate_batch(batch, beam_size=beams, max_decoding_length=length,
@@ -83,6 +79,14 @@ def main() -> None:
                "int8_compute_type": int8,
                "int8_candidates_s": {k: round(v, 4) for k, v in int8_s.items()}})
         kinds = {"": "float32", "_int8": int8}
+        spm = {}                 # Marian's SentencePiece models, read for the first latency
+
+        def pieces_of(side: str) -> object:
+            if side not in spm:
+                spm[side] = sentencepiece.SentencePieceProcessor(
+                    model_file=str(Path(spec["checkpoint"]) / f"{side}.spm"))
+            return spm[side]
+
         for line in sys.stdin:
             request = json.loads(line)
             if request.get("quit"):
@@ -92,9 +96,9 @@ def main() -> None:
                 kind = kinds["_int8" if mode.endswith("_int8") else ""]
                 beams = 1 if mode.startswith("greedy") else 4
                 start = time.perf_counter()
-                tokens = sp_source.encode(request["text"], out_type=str) + ["</s>"]
+                tokens = pieces_of("source").encode(request["text"], out_type=str) + ["</s>"]
                 result = run(translators[kind], [tokens], beams, int(request["steps"]))
-                text = sp_target.decode(result[0].hypotheses[0])
+                text = pieces_of("target").decode(result[0].hypotheses[0])
                 reply({"s": time.perf_counter() - start, "text": text})
                 continue
             mode = request["mode"]

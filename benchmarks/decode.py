@@ -65,6 +65,8 @@ from textkit.decoding import beam_search, greedy_search, model_step_fn
 from textkit.models import Transformer, get_model
 from textkit.pretrained import MarianTokenizer, load_pretrained, save_pretrained
 from textkit.pretrained.marian import marian_config
+from textkit.pretrained.t5 import t5_config
+from textkit.pretrained.t5_tokenizer import T5Tokenizer
 
 BATCH, SRC_LEN, STEPS = 32, 24, 32
 MODES = ("beam4", "greedy", "beam4_int8", "greedy_int8")
@@ -80,6 +82,19 @@ OPUS_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layer
                   tie_word_embeddings=True, dropout=0.0, attention_dropout=0.0)
 QUICK_SIZE = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                   decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256)
+# t5-base (google-t5/t5-base) and flan-t5-base (google/flan-t5-base) config.json, the fields
+# that shape the compute.
+T5_BASE = dict(model_type="t5", vocab_size=32128, d_model=768, d_kv=64, num_heads=12, d_ff=3072,
+               num_layers=12, num_decoder_layers=12, feed_forward_proj="relu",
+               tie_word_embeddings=True, relative_attention_num_buckets=32,
+               relative_attention_max_distance=128, dropout_rate=0.0, pad_token_id=0,
+               eos_token_id=1, decoder_start_token_id=0, layer_norm_epsilon=1e-6)
+T5_SHAPES = {"t5": T5_BASE,
+             "flan_t5": dict(T5_BASE, d_ff=2048, feed_forward_proj="gated-gelu",
+                             tie_word_embeddings=False)}
+T5_QUICK = dict(vocab_size=1000, d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
+                num_decoder_layers=2)
+SPIECE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tokenizers" / "t5"
 
 
 class Case:
@@ -127,11 +142,26 @@ def write_marian_checkpoint(directory: Path, quick: bool) -> Path:
     return save_pretrained(model, params, (tokenizer, tokenizer), directory / "opus-mt-shape")
 
 
-def marian_case(checkpoint: Path, policy: str) -> Case:
-    """The checkpoint as ``load_pretrained`` reads it; HF reads the same directory."""
+def write_t5_checkpoint(directory: Path, name: str, quick: bool) -> Path:
+    """A random checkpoint of t5-base's (``name`` "t5") or flan-t5-base's ("flan_t5") shape
+    (tiny with ``quick``) in ``directory``, with T5's real ``spiece.model`` (``../shared``;
+    the tiny fixture's tokenizer with ``quick`` or without it: ids only matter here)."""
+    hf = dict(T5_SHAPES[name], **(T5_QUICK if quick else {}))
+    source = SPIECE if (SPIECE / "spiece.model").is_file() and not quick else (
+        FIXTURE.parent / "tiny_t5")
+    tokenizer = T5Tokenizer.from_directory(source, 0)
+    model = Transformer(t5_config(hf))
+    dummy = jnp.zeros((1, 8), jnp.int32)
+    params = model.init(jax.random.key(2), dummy, dummy)["params"]
+    return save_pretrained(model, params, (tokenizer, tokenizer), directory / f"{name}-shape")
+
+
+def checkpoint_model_case(name: str, checkpoint: Path, policy: str) -> Case:
+    """The checkpoint as ``load_pretrained`` reads it; HF (and CTranslate2) read the same
+    directory."""
     pretrained = load_pretrained(checkpoint, policy=policy, dropout=0.0)
     model, params, tgt = pretrained.model, pretrained.params, pretrained.target_tokenizer
-    return Case("marian", model, params, {"checkpoint": str(checkpoint)},
+    return Case(name, model, params, {"checkpoint": str(checkpoint)},
                 tgt.bos_id, tgt.eos_id, tgt.pad_id)
 
 
@@ -341,10 +371,12 @@ def checkpoint_case(run_dir: str, sentences: str, rounds: int, limit: int) -> di
 
 def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | None,
               ) -> dict[str, float]:
-    """The JSON keys of one case (``synthetic`` unprefixed, ``marian_...`` for the other);
-    the CTranslate2 figures (``marian`` only) are unprefixed: ``ct2_<mode>_sent_s`` and
-    ``<mode>_ct2_ratio``."""
+    """The JSON keys of one case (``synthetic`` unprefixed, ``<case>_...`` for the others);
+    the CTranslate2 figures are unprefixed for ``marian`` (``ct2_<mode>_sent_s`` and
+    ``<mode>_ct2_ratio``) and prefixed for the T5 cases (``t5_ct2_beam4_sent_s``,
+    ``t5_beam4_ct2_ratio``)."""
     prefix = "" if case_name == "synthetic" else f"{case_name}_"
+    ct2 = "" if case_name == "marian" else prefix
     out = {}
     for mode in MODES:
         out[f"{prefix}{mode}_sent_s"] = round(f32[f"textkit_{mode}"], 2)
@@ -358,18 +390,20 @@ def summarise(case_name: str, f32: dict[str, float], bf16: dict[str, float] | No
                   f"{peer} {f32[f'hf_{peer}']:.2f} sent/s: "
                   f"{out[f'{prefix}{mode}_ratio']:.2f}x", flush=True)
         if f"ct2_{mode}" in f32:
-            out[f"ct2_{mode}_sent_s"] = round(f32[f"ct2_{mode}"], 2)
-            out[f"{mode}_ct2_ratio"] = round(f32[f"textkit_{mode}"] / f32[f"ct2_{mode}"], 2)
+            out[f"{ct2}ct2_{mode}_sent_s"] = round(f32[f"ct2_{mode}"], 2)
+            ratio = out[f"{ct2}{mode}_ct2_ratio"] = round(
+                f32[f"textkit_{mode}"] / f32[f"ct2_{mode}"], 2)
             print(f"{case_name} {mode}: textkit {f32[f'textkit_{mode}']:.2f} sent/s, "
-                  f"CTranslate2 {f32[f'ct2_{mode}']:.2f} sent/s: "
-                  f"{out[f'{mode}_ct2_ratio']:.2f}x", flush=True)
+                  f"CTranslate2 {f32[f'ct2_{mode}']:.2f} sent/s: {ratio:.2f}x", flush=True)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=["synthetic", "marian", "all", "none"],
-                        default="all")
+    parser.add_argument("--case", choices=["synthetic", "marian", "t5", "flan_t5", "all",
+                                           "none"], default="all",
+                        help="all: synthetic and marian; t5 / flan_t5: random weights in "
+                             "t5-base's / flan-t5-base's shape")
     parser.add_argument("--checkpoint", default=None,
                         help="save dir of an examples/nmt/train.py run (the real-model case)")
     parser.add_argument("--sentences", default=None,
@@ -414,8 +448,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = (write_marian_checkpoint(Path(tmp), args.quick)
                       if args.case in ("marian", "all") else None)
+        if args.case in T5_SHAPES:
+            checkpoint = write_t5_checkpoint(Path(tmp), args.case, args.quick)
         builders = {"synthetic": lambda policy: synthetic_case(args.quick, policy),
-                    "marian": lambda policy: marian_case(checkpoint, policy)}
+                    **{name: lambda policy, name=name: checkpoint_model_case(
+                        name, checkpoint, policy) for name in ("marian", *T5_SHAPES)}}
         names = {"all": ["synthetic", "marian"], "none": []}.get(args.case, [args.case])
         for name in names:
             f32, skipped = measure(builders[name]("float32"), src, args.rounds, hf_python,

@@ -31,8 +31,8 @@ from decode import (
     MODES,
     SRC_LEN,
     STEPS,
+    checkpoint_model_case,
     compile_search,
-    marian_case,
     mode_params,
     synthetic_case,
     write_marian_checkpoint,
@@ -132,7 +132,8 @@ def main() -> None:
     machine = cpu_info()
     print(f"cpu: {machine['cpu']}; has {machine['features']}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        case = (marian_case(write_marian_checkpoint(Path(tmp), args.quick), "float32")
+        case = (checkpoint_model_case("marian", write_marian_checkpoint(Path(tmp), args.quick),
+                                      "float32")
                 if args.case == "marian" else synthetic_case(args.quick, "float32"))
     src = jax.numpy.asarray(np.random.default_rng(0).integers(
         4, 990 if args.quick else 32000, size=(BATCH, SRC_LEN)), np.int32)

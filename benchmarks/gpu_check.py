@@ -281,7 +281,7 @@ def decode_beam4(workdir: Path, smoke: bool, args, peer_python: str | None,
                  device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Sentences/s of beam-4 decoding, textkit float16 against transformers' generate."""
     checkpoint = decode.write_marian_checkpoint(workdir, smoke)
-    case = decode.marian_case(checkpoint, DECODE_POLICY)
+    case = decode.checkpoint_model_case("marian", checkpoint, DECODE_POLICY)
     src = np.random.default_rng(0).integers(4, 990 if smoke else 32000,
                                             (decode.BATCH, decode.SRC_LEN), dtype=np.int32)
     device_src = jnp.asarray(src)

@@ -30,14 +30,15 @@ from peer_worker import begin, reply
 
 
 def load(spec: dict):
-    """The MarianMTModel of ``spec``: a checkpoint directory, or a config with random init."""
+    """The model of ``spec``: a checkpoint directory of any encoder-decoder family
+    (``AutoModelForSeq2SeqLM``), or a Marian config with random init."""
     import torch
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
     dtype = getattr(torch, spec.get("dtype", "float32"))
     device = spec.get("device", "cpu")
     if spec.get("checkpoint"):
-        model = MarianMTModel.from_pretrained(spec["checkpoint"], dtype=dtype)
+        model = AutoModelForSeq2SeqLM.from_pretrained(spec["checkpoint"], dtype=dtype)
     else:
         torch.manual_seed(0)
         model = MarianMTModel(MarianConfig(**spec["config"])).to(dtype)
