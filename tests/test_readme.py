@@ -96,7 +96,8 @@ def test_readme_tour_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_ci_runs_the_readme_test_command_ruff_and_the_fast_tier():
-    """``.ci/run`` runs README command 2 verbatim, the pinned ruff, and the fast tier on 3.12."""
+    """``.ci/run`` runs README command 2 verbatim, the pinned ruff, and the fast tests of the
+    JAX-facing layers on 3.12."""
     text = README.read_text(encoding="utf-8")
     command = re.search(r"# 2\. install and run the tests\n(.+)\n", text).group(1).strip()
     script = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
