@@ -96,7 +96,6 @@ class EncoderTokenizer:
         "roberta", "xlm-roberta", "electra", "distilbert", "deberta-v2", "modernbert");
         ``MissingFileError`` when it has none of tokenizer.json and the family's vocabulary
         files (vocab.txt, vocab.json + merges.txt, sentencepiece.bpe.model, spm.model)."""
-        from tokenizers import Tokenizer
 
         root = Path(root)
         settings = read_settings(root / "tokenizer_config.json", TOKENIZER_TYPES)
@@ -104,11 +103,7 @@ class EncoderTokenizer:
         pad_token = _token(settings.get("pad_token"), specials["pad_token"])
         spm = root / _SPM_FILES.get(model_type, "-")
         if (root / "tokenizer.json").is_file():
-            try:
-                tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
-            except Exception as err:  # tokenizers raises a bare Exception
-                raise PretrainedError(f"{root / 'tokenizer.json'}: not a tokenizers file, or "
-                                      f"damaged ({err})") from None
+            tokenizer = read_tokenizer_json(root / "tokenizer.json")
         elif model_type == "deberta-v2" and spm.is_file():
             tokenizer = _deberta_unigram(spm, settings)
         elif model_type == "xlm-roberta" and spm.is_file():
@@ -244,6 +239,17 @@ def _added(tokenizer: Any, settings: dict[str, Any], specials: dict[str, str]) -
     tokens = dict.fromkeys(_token(settings.get(key), value) for key, value in specials.items())
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                   for t in tokens])
+
+
+def read_tokenizer_json(path: Path) -> Any:
+    """The ``tokenizers.Tokenizer`` of a ``tokenizer.json`` file; a ``PretrainedError`` naming
+    the file when it is not one (or is damaged)."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception
+        raise PretrainedError(f"{path}: not a tokenizers file, or damaged ({err})") from None
 
 
 def _text(path: Path) -> str:

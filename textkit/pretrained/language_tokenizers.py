@@ -16,6 +16,7 @@ from typing import Any
 
 import sentencepiece as spm
 
+from textkit.pretrained.encoder_tokenizer import read_tokenizer_json
 from textkit.pretrained.errors import LanguageError, PretrainedError
 
 __all__ = ["JsonLanguageTokenizer", "LanguageTokenizer", "M2M100Tokenizer",
@@ -207,13 +208,7 @@ def json_language_tokenizer(root: Path, settings: Mapping[str, Any], start: int,
     ``tokenizer_config.json``; ``start``: the decoder start id); its language codes are the
     settings' ``additional_special_tokens`` / ``extra_special_tokens`` that match ``code``,
     else its added special tokens that do, by id."""
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
-    except Exception as err:  # tokenizers raises a bare Exception
-        raise PretrainedError(f"{root / 'tokenizer.json'}: not a tokenizers file, or damaged "
-                              f"({err})") from None
+    tokenizer = read_tokenizer_json(root / "tokenizer.json")
     listed = [t.get("content") if isinstance(t, dict) else t
               for t in settings.get("additional_special_tokens")
               or settings.get("extra_special_tokens") or []]

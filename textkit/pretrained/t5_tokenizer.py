@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from textkit.pretrained.encoder_tokenizer import sentencepiece_pieces
+from textkit.pretrained.encoder_tokenizer import read_tokenizer_json, sentencepiece_pieces
 from textkit.pretrained.errors import LanguageError, MissingFileError, PretrainedError
 from textkit.pretrained.files import read_json_object
 
@@ -70,16 +70,10 @@ class T5Tokenizer:
     def from_directory(cls, root: Path, decoder_start_id: int) -> T5Tokenizer:
         """The tokenizer of the checkpoint directory ``root``: its ``tokenizer.json``, else its
         ``spiece.model`` (``extra_ids`` from ``tokenizer_config.json``, default 100)."""
-        from tokenizers import Tokenizer
-
         settings_path = root / "tokenizer_config.json"
         settings = read_json_object(settings_path) if settings_path.is_file() else {}
         if (root / "tokenizer.json").is_file():
-            try:
-                tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
-            except Exception as err:  # tokenizers raises a bare Exception
-                raise PretrainedError(f"{root / 'tokenizer.json'}: not a tokenizers file, or "
-                                      f"damaged ({err})") from None
+            tokenizer = read_tokenizer_json(root / "tokenizer.json")
         elif (root / "spiece.model").is_file():
             tokenizer = spiece_tokenizer(root / "spiece.model",
                                          int(settings.get("extra_ids", 100)))
