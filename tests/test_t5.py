@@ -205,3 +205,22 @@ def test_fine_tune_with_a_prefix_and_export(tmp_path):
     with pytest.raises(ConfigError, match="a marian checkpoint takes no text prefix"):
         train.main(["--init-from", str(FIXTURES / "tiny_marian"), "--prefix", "x: ",
                     "--max-steps", "1", "--save-dir", str(tmp_path / "other")])
+
+
+def test_translate_command_with_a_prefix_and_an_unknown_task(tmp_path, capsys):
+    """``translate.py --pretrained DIR --prefix ...`` translates as transformers' greedy search
+    on the prefixed sources; an unknown ``--task`` is one line listing the checkpoint's."""
+    from textkit.cli.translate import main
+
+    ref = json.loads((T5_V1_1 / "reference.json").read_text("utf-8"))
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(ref["sources"][:4]) + "\n")
+    main(["--pretrained", str(T5_V1_1), "--prefix", ref["prefix"], "--beam-size", "1",
+          "--input", str(source), "--output", str(tmp_path / "out.txt")])
+    assert (tmp_path / "out.txt").read_text().splitlines() == ref["greedy"]["text"][:4]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--pretrained", str(T5), "--task", "nope", "--input", str(source)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "no task 'nope' in task_specific_params (it has summarization, translation_en_to_de, "
+        "translation_en_to_fr)")
