@@ -31,10 +31,10 @@ from textkit.models.transformer import TransformerConfig
 from textkit.pretrained import seq2seq
 from textkit.pretrained.encoder_tokenizer import EncoderTokenizer
 from textkit.pretrained.errors import (
-    LanguageError,
     MissingFileError,
     PretrainedError,
     UnsupportedArchitectureError,
+    refuse_language_codes,
 )
 from textkit.pretrained.files import read_json_object
 from textkit.pretrained.language_tokenizers import JsonLanguageTokenizer, json_language_tokenizer
@@ -101,9 +101,7 @@ class BartTokenizer:
     def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> BartTokenizer:
         """This tokenizer when both codes are None; a ``LanguageError`` naming them otherwise
         (BART is not multilingual; mBART-50 is)."""
-        given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
-        if given:
-            raise LanguageError(f"BART checkpoints take no language codes (given {given})")
+        refuse_language_codes("BART", src_lang, tgt_lang)
         return self
 
 

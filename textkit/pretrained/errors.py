@@ -8,6 +8,7 @@ from textkit.errors import TextkitError
 __all__ = [
     "LanguageError", "MissingFileError", "NotCheckpointError", "NotMarianCheckpointError",
     "PretrainedError", "UnsupportedArchitectureError", "VocabSizeMismatchError", "WrongFamilyError",
+    "refuse_language_codes",
 ]
 
 
@@ -40,6 +41,16 @@ class UnsupportedArchitectureError(PretrainedError):
 class LanguageError(PretrainedError):
     """A language code the checkpoint's tokenizer does not have (the nearest it has named), a
     multilingual checkpoint given none, or codes given to a family that takes none."""
+
+
+def refuse_language_codes(family: str, src_lang: str | None, tgt_lang: str | None,
+                          hint: str = "") -> None:
+    """The ``for_languages`` check of a family without language codes: a ``LanguageError``
+    naming the codes given (and ``hint``, how the family is told instead) when any is."""
+    given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
+    if given:
+        raise LanguageError(f"{family} checkpoints take no language codes (given {given})"
+                            f"{'; ' + hint if hint else ''}")
 
 
 class VocabSizeMismatchError(PretrainedError):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from textkit.pretrained.errors import LanguageError
+from textkit.pretrained.errors import refuse_language_codes
 
 __all__ = ["MarianTokenizer"]
 
@@ -112,12 +112,11 @@ class MarianTokenizer:
         """This tokenizer when both codes are None; a ``LanguageError`` naming them otherwise:
         a Marian checkpoint is one language pair (a multilingual OPUS-MT model takes its
         target as a ``>>xx<<`` token at the start of each source text)."""
-        given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
-        if given:
-            raise LanguageError(f"Marian checkpoints take no language codes (given {given}); a "
-                             f"multilingual OPUS-MT model takes the target as a >>xx<< token "
-                             f"at the start of each source text")
+        refuse_language_codes("Marian", src_lang, tgt_lang,
+                              "a multilingual OPUS-MT model takes the target as a >>xx<< "
+                              "token at the start of each source text")
         return self
+
     def __repr__(self) -> str:
         return f"MarianTokenizer({self.spm_path.name}, {len(self)} ids)"
 

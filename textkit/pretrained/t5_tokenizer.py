@@ -13,12 +13,14 @@ text first.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from textkit._io import write_json_atomic
 from textkit.pretrained.encoder_tokenizer import read_tokenizer_json, sentencepiece_pieces
-from textkit.pretrained.errors import LanguageError, MissingFileError, PretrainedError
+from textkit.pretrained.errors import MissingFileError, PretrainedError, refuse_language_codes
 from textkit.pretrained.files import read_json_object
 
 __all__ = ["T5Tokenizer", "spiece_tokenizer"]
@@ -134,20 +136,13 @@ class T5Tokenizer:
     def for_languages(self, src_lang: str | None, tgt_lang: str | None) -> T5Tokenizer:
         """This tokenizer when both codes are None; a ``LanguageError`` naming them otherwise
         (T5 names the task in a text prefix: ``prefix``)."""
-        given = {k: v for k, v in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if v}
-        if given:
-            raise LanguageError(f"T5 checkpoints take no language codes (given {given}); "
-                                f"T5 reads the task from a prefix such as 'translate English "
-                                f"to German: '")
+        refuse_language_codes("T5", src_lang, tgt_lang, "T5 reads the task from a prefix "
+                              "such as 'translate English to German: '")
         return self
 
     def save(self, directory: Path, max_len: int) -> None:
         """``tokenizer.json`` and the ``tokenizer_config.json`` transformers' ``T5Tokenizer``
         reads, in ``directory`` (and ``spiece.model`` when this one was read from one)."""
-        import shutil
-
-        from textkit._io import write_json_atomic
-
         self.tokenizer.save(str(directory / "tokenizer.json"))
         sentinels = sorted((t for t in self.tokenizer.get_vocab(with_added_tokens=True)
                             if t.startswith("<extra_id_")), key=lambda t: int(t[10:-1]))
