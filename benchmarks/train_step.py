@@ -15,7 +15,7 @@ latter, and textkit then multiplies the bfloat16-rounded operands in float32; wi
 ``textkit.models.kernels.native_low_precision_dots``).
 
     python benchmarks/train_step.py            # small and base, float32 and bfloat16
-    python benchmarks/train_step.py --quick    # small only, few steps: a smoke run
+    python benchmarks/train_step.py --quick    # tiny only, few steps: a smoke run
 
 The last output line is one JSON object keyed ``<size>_<dtype>``.
 """
@@ -167,7 +167,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
     parser.add_argument("--sizes", default="small,base")
     parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--quick", action="store_true", help="small only, 2 timed steps")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny only, 2 timed steps, 256^2 matmul peaks (a smoke run)")
     parser.add_argument("--bf16-dots", choices=BF16_DOTS, default="auto",
                         help="textkit's bfloat16 matmuls: native dots, or the rounded operands "
                              "multiplied in float32 (auto: native only with avx512_bf16/amx_bf16)")
@@ -175,7 +176,7 @@ def main(argv=None) -> None:
     bf16_dots = choose_bf16_dots(args.bf16_dots)
     sizes, dtypes, steps = args.sizes.split(","), args.dtypes.split(","), args.steps
     if args.quick:
-        sizes, steps = ["small"], 2
+        sizes, steps = ["tiny"], 2
 
     log(f"jax {jax.__version__} on {platform.processor() or platform.machine()}, "
         f"{jax.devices()[0].device_kind}; batch {BATCH}x{SRC_LEN} src + {BATCH}x{TGT_LEN} tgt, "
@@ -183,11 +184,12 @@ def main(argv=None) -> None:
     machine = cpu_info()
     log(f"cpu: {machine['cpu']}; has {machine['features']}; lacks {machine['missing']} "
         f"(without avx512_bf16/amx_bf16, bfloat16 matmuls are not faster than float32)")
-    float32_peak = matmul_peak(jnp.float32, jnp.float32)
-    bfloat16_peak = matmul_peak(jnp.bfloat16, jnp.float32)
-    log(f"matmul peak 2048^2: float32 {float32_peak:.0f} GFLOP/s, "
+    n = 256 if args.quick else 2048
+    float32_peak = matmul_peak(jnp.float32, jnp.float32, n)
+    bfloat16_peak = matmul_peak(jnp.bfloat16, jnp.float32, n)
+    log(f"matmul peak {n}^2: float32 {float32_peak:.0f} GFLOP/s, "
         f"bfloat16->float32 {bfloat16_peak:.0f} GFLOP/s, bfloat16->bfloat16 "
-        f"{matmul_peak(jnp.bfloat16, jnp.bfloat16):.0f} GFLOP/s")
+        f"{matmul_peak(jnp.bfloat16, jnp.bfloat16, n):.0f} GFLOP/s")
     peaks = {"float32": float32_peak, "bfloat16": max(bfloat16_peak, float32_peak)}
 
     batch = {k: jnp.asarray(v) for k, v in make_batch(0).items()}

@@ -32,8 +32,6 @@ def cpu_env(devices: int) -> dict[str, str]:
              if f.startswith("--xla_backend_optimization_level")]
     env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *level])
     env["JAX_PLATFORMS"] = "cpu"
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):     # the session's cache (conftest.py)
-        env["JAX_COMPILATION_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     env["PYTHONPATH"] = str(ROOT)
     return env
 

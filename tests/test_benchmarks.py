@@ -46,21 +46,20 @@ def hf_installed() -> bool:
 
 @pytest.mark.slow
 def test_decode_benchmark_every_mode_without_a_peer(tmp_path):
-    """Both cases, float32 and bfloat16 (the rounded path forced), the in-place cache against
-    the gathered one, and the HF side: skipped with its reason where torch is absent."""
+    """The synthetic case, float32 and bfloat16 (the rounded path forced), the in-place cache
+    against the gathered one, and the HF side: skipped with its reason where torch is absent."""
     result, log = run_benchmark(
-        [str(BENCHMARKS / "decode.py"), "--quick", "--rounds", "2", "--bfloat16",
-         "--bf16-dots", "rounded", "--compare-gather", "2"], tmp_path)
+        [str(BENCHMARKS / "decode.py"), "--case", "synthetic", "--quick", "--rounds", "2",
+         "--bfloat16", "--bf16-dots", "rounded", "--compare-gather", "2"], tmp_path)
     modes = ("beam4", "greedy", "beam4_int8", "greedy_int8")
-    for prefix in ("", "marian_"):
-        for mode in modes:
-            assert positive_finite(result[f"{prefix}{mode}_sent_s"],
-                                   result[f"{prefix}{mode}_bfloat16_sent_s"])
+    for mode in modes:
+        assert positive_finite(result[f"{mode}_sent_s"], result[f"{mode}_bfloat16_sent_s"])
+    assert not [key for key in result if key.startswith("marian_")]
     assert positive_finite(result["inplace_beam2_sent_s"], result["gather_beam2_sent_s"])
     assert result["bf16_dots"] == "rounded" and result["quick"] is True
     assert (result["batch"], result["src_len"], result["steps"]) == (32, 24, 32)
-    # two alternating rounds per measurement: float32 and bfloat16, two cases
-    assert len(re.findall(r"^  round 2: ", log, re.M)) == 4
+    # two alternating rounds per measurement: float32 and bfloat16
+    assert len(re.findall(r"^  round 2: ", log, re.M)) == 2
     if hf_installed():
         assert "hf_skipped" not in result
         for mode in modes:
@@ -73,6 +72,17 @@ def test_decode_benchmark_every_mode_without_a_peer(tmp_path):
     # CTranslate2 (not a test dependency): the JSON says why its ratios are missing
     if "ct2_skipped" in result:
         assert "beam4_ct2_ratio" not in result and "greedy_int8_ct2_ratio" not in result
+
+
+@pytest.mark.slow
+def test_decode_benchmark_marian_checkpoint_case(tmp_path):
+    """The checkpoint case: a Marian checkpoint written, loaded by ``load_translator`` and
+    decoded in every mode, float32 only (the bfloat16 path is the synthetic case's)."""
+    result = last_json([str(BENCHMARKS / "decode.py"), "--case", "marian", "--quick",
+                        "--rounds", "1"], tmp_path)
+    for mode in ("beam4", "greedy", "beam4_int8", "greedy_int8"):
+        assert positive_finite(result[f"marian_{mode}_sent_s"])
+        assert f"{mode}_sent_s" not in result
 
 
 @pytest.mark.slow
@@ -215,8 +225,8 @@ def test_train_step_benchmark_quick_with_the_rounded_bf16_path(tmp_path):
     result = last_json([str(BENCHMARKS / "train_step.py"), "--quick", "--bf16-dots", "rounded"],
                        tmp_path)
     assert result["bf16_dots"] == "rounded"
-    assert {k for k in result if k.startswith("small_")} == {"small_float32", "small_bfloat16"}
-    for case in ("small_float32", "small_bfloat16"):
+    assert {k for k in result if k.startswith("tiny_")} == {"tiny_float32", "tiny_bfloat16"}
+    for case in ("tiny_float32", "tiny_bfloat16"):
         entry = result[case]
         assert positive_finite(entry["textkit_tok_s"], entry["flax_ref_tok_s"])
         assert entry["ratio"] == pytest.approx(

@@ -92,8 +92,10 @@ def _cache(model, params, rows: int, max_length: int):
     return model.apply(variables, encoded, src, max_length, method="init_cache")
 
 
-@pytest.fixture(scope="module", params=["tied", "untied", "tied-int8", "untied-int8"])
+@pytest.fixture(scope="module", params=["tied", "untied", "tied-int8"])
 def model_and_params(request):
+    """Tied and untied output layers; int8 on the tied one (the int8 product is the same
+    kernel either way, and every combination doubled this file's compile time)."""
     model, params = _model(tie_output=request.param.startswith("tied"), seed=3)
     if request.param.endswith("int8"):
         params = quantize_int8(model, params)
