@@ -28,12 +28,12 @@ def chat_lm():
 def test_logprobs_are_the_raw_log_softmax_of_the_forward_logits(chat_lm):
     generator = Generator.from_pretrained(chat_lm, max_new_tokens=6, batch_size=2)
     prompts = [[5, 6, 7, 8], [9, 10]]
+    forward = jax.jit(lambda params, ids: chat_lm.model.apply({"params": params}, ids))
     for options in ({}, {"do_sample": True, "temperature": 0.7, "top_k": 5, "seed": 3}):
         results = generator.generate(chat_lm.params, prompts, logprobs=3, **options)
         for prompt, result in zip(prompts, results):
             ids = prompt + result.token_ids
-            logits = chat_lm.model.apply({"params": chat_lm.params},
-                                         jnp.asarray([ids], jnp.int32))[0]
+            logits = forward(chat_lm.params, jnp.asarray([ids], jnp.int32))[0]
             expected = np.asarray(jax.nn.log_softmax(logits, axis=-1))[len(prompt) - 1:-1]
             steps = np.arange(len(result.token_ids))
             np.testing.assert_allclose(result.logprobs,

@@ -142,10 +142,12 @@ def test_packed_logits_equal_each_example_alone(family, hidden):
     params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     expected = np.asarray(model.apply({"params": params},
                                       **inputs(unpacked_batch(model, samples)))["logits"])
+    forward = jax.jit(lambda p, batch: model.apply({"params": p}, **batch,   # one program
+                                                   output_hidden_states=hidden))  # per shape
     got = np.zeros_like(expected)
     seen = 0
     for batch in packed_batches(model, samples):
-        out = model.apply({"params": params}, **inputs(batch), output_hidden_states=hidden)
+        out = forward(params, inputs(batch))
         logits = np.asarray(out["logits"])
         assert logits.shape == (3, PER_ROW, 3)
         real = batch["weights"] > 0
@@ -153,9 +155,8 @@ def test_packed_logits_equal_each_example_alone(family, hidden):
         seen += int(real.sum())
         if family == "roberta":     # positions from segment_ids when the batch gives none
             without = {k: v for k, v in inputs(batch).items() if k != "position_ids"}
-            np.testing.assert_array_equal(
-                np.asarray(model.apply({"params": params}, **without,
-                                       output_hidden_states=hidden)["logits"]), logits)
+            np.testing.assert_array_equal(np.asarray(forward(params, without)["logits"]),
+                                          logits)
     assert seen == len(samples)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
