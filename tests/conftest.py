@@ -1,4 +1,6 @@
-"""XLA:CPU's LLVM back end at optimisation level 0 for the whole test session.
+"""XLA:CPU's LLVM back end at optimisation level 0 for the whole test session, and the slowest
+files handed to the xdist workers first (``LONGEST_FIRST``), and each file's compiled programs
+dropped when it ends.
 
 ``XLA_FLAGS`` is set when the session starts, so the xdist workers and the subprocesses they
 start (recipes, benchmarks) inherit it. The suite's models are tiny: most of its time is
@@ -7,15 +9,18 @@ graph passes still run; only LLVM's machine-code optimisation is skipped, which 
 not IEEE results). Timings are never asserted, so nothing checked depends on it. A level
 already given in ``XLA_FLAGS`` is kept.
 
-No persistent compilation cache: with jax 0.10.2 on CPU, writing a decoding program to it
-(``executable.serialize()``) while the previous batch's program still ran crashed the process
-(a segmentation fault in ``put_executable_and_time``, seen three times in full runs), and a
-crashed xdist worker left the session hanging until CI's time limit.
+No persistent compilation cache: its writes (``executable.serialize()``) were one of the two
+places where a long-lived worker crashed (see ``_drop_compiled_programs``), and a crashed xdist
+worker once left the session hanging until CI's time limit.
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
+
+import pytest
 
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 
@@ -30,3 +35,37 @@ def with_fast_compile(flags: str) -> str:
 
 def pytest_configure(config):
     os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS", ""))
+    if hasattr(config.option, "loadscopereorder"):      # xdist: keep LONGEST_FIRST's order
+        config.option.loadscopereorder = False
+
+
+# The files that take longest (seconds of one worker on a 2-core AVX2-only machine, measured
+# with --durations), longest first. xdist's --dist loadfile hands out whole files in collection
+# order, and by default reorders them by test count, which put the slow files of few tests (the
+# benchmarks' and recipes' end-to-end runs) last: one worker ran them alone at the end. Handing
+# out the longest first leaves only short files for the end.
+LONGEST_FIRST = (
+    "test_benchmarks.py", "test_encoders.py", "test_readme.py", "test_task_contract.py",
+    "test_pretraining.py", "test_candidates.py", "test_decoder_lm.py", "test_nmt_recipe.py",
+    "test_main_job.py", "test_finetune_recipes.py", "test_m2m_100.py", "test_kernels.py",
+    "test_pretrained.py", "test_save_faults.py", "test_t5.py", "test_gnmt.py",
+    "test_parallel_recipes.py", "test_packing.py", "test_decoding_in_place.py",
+    "test_bad_inputs_decoding.py", "test_command_faults.py", "test_bart.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))    # stable: the rest
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs():
+    """Every compiled program a test file made is dropped when the file ends. An xdist worker
+    lives for half the suite; kept, its programs grew it to 7 GB and more, and late in full runs
+    a worker crashed inside XLA's compiler (a segmentation fault in ``backend_compile_and_load``
+    or ``executable.serialize()``, once per full run in three runs). Files share few programs."""
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+        gc.collect()
