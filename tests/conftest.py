@@ -39,8 +39,8 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
-# The files that take longest (seconds of one worker on a 2-core AVX2-only machine, measured
-# with --durations), longest first. xdist's --dist loadfile hands out whole files in collection
+# The files that took longest in a full run's --junitxml times on a 2-core AVX2-only machine,
+# longest first. xdist's --dist loadfile hands out whole files in collection
 # order, and by default reorders them by test count, which put the slow files of few tests (the
 # benchmarks' and recipes' end-to-end runs) last: one worker ran them alone at the end. Handing
 # out the longest first leaves only short files for the end.
@@ -64,7 +64,8 @@ def _drop_compiled_programs():
     """Every compiled program a test file made is dropped when the file ends. An xdist worker
     lives for half the suite; kept, its programs grew it to 7 GB and more, and late in full runs
     a worker crashed inside XLA's compiler (a segmentation fault in ``backend_compile_and_load``
-    or ``executable.serialize()``, once per full run in three runs). Files share few programs."""
+    or ``executable.serialize()``, once per full run in three runs; none in the first run with
+    this fixture). Programs that several files share are compiled again in each."""
     yield
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
