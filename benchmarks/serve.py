@@ -163,24 +163,8 @@ def run_load(server: Server, model: str, clients: int, path: Path) -> dict[str, 
     return figures(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer-python", help="a Python with torch and transformers[serving]")
-    parser.add_argument("--no-peer", action="store_true", help="textkit only")
-    parser.add_argument("--quick", action="store_true", help="a tiny checkpoint, few requests")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", default="1,8,32")
-    parser.add_argument("--requests", help=argparse.SUPPRESS)
-    parser.add_argument("--loadgen", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.loadgen:
-        print(json.dumps(loadgen(args.loadgen, args.model, int(args.clients),
-                                 Path(args.requests))))
-        return
-    if not args.no_peer and not args.peer_python:
-        parser.error("--peer-python is required unless --no-peer")
-    work = Path(tempfile.mkdtemp(prefix="textkit_serve_bench_"))
+def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Every server started, loaded and stopped; the medians and ratios (module docstring)."""
     directory = work / "model"
     if args.quick:
         from generate import tiny_checkpoint
@@ -206,28 +190,30 @@ def main() -> None:
                                           "--continuous-batching", "--host", "127.0.0.1",
                                           "--device", "cpu"],
                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    names = {"textkit": "bench", "textkit_batch1": "bench", "peer": str(directory)}
-    for name in list(servers):
-        problem = servers[name].wait(900)
-        if problem:
-            if name != "peer":
-                sys.exit(problem)
-            result["peer_error"] = problem
-            servers.pop(name).stop()
-    runs: dict[str, dict[int, list[dict[str, float]]]] = {n: {} for n in servers}
-    for round_number in range(args.rounds):
-        for clients in counts:
-            path = work / f"requests_{clients}.json"
-            path.write_text(json.dumps(requests_for(directory, max(clients * 4, 8),
-                                                    clients, args.quick)))
-            for name, server in servers.items():
-                if name == "textkit_batch1" and clients != 8 and 8 in counts:
-                    continue
-                found = run_load(server, names[name], clients, path)
-                runs[name].setdefault(clients, []).append(found)
-                print(f"round {round_number} {name} {clients} clients: {found}", flush=True)
-    for server in servers.values():
-        server.stop()
+    try:   # no server outlives the run, whatever ends it
+        names = {"textkit": "bench", "textkit_batch1": "bench", "peer": str(directory)}
+        for name in list(servers):
+            problem = servers[name].wait(900)
+            if problem:
+                if name != "peer":
+                    sys.exit(problem)
+                result["peer_error"] = problem
+                servers.pop(name).stop()
+        runs: dict[str, dict[int, list[dict[str, float]]]] = {n: {} for n in servers}
+        for round_number in range(args.rounds):
+            for clients in counts:
+                path = work / f"requests_{clients}.json"
+                path.write_text(json.dumps(requests_for(directory, max(clients * 4, 8),
+                                                        clients, args.quick)))
+                for name, server in servers.items():
+                    if name == "textkit_batch1" and clients != 8 and 8 in counts:
+                        continue
+                    found = run_load(server, names[name], clients, path)
+                    runs[name].setdefault(clients, []).append(found)
+                    print(f"round {round_number} {name} {clients} clients: {found}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
     for name, by_clients in runs.items():
         for clients, rounds in by_clients.items():
             result[f"{name}_{clients}"] = {
@@ -242,6 +228,28 @@ def main() -> None:
     result["vs_peer_tokens_32"] = ratio("textkit_32", "peer_32", "tokens_per_s")
     result["vs_batch1_tokens_8"] = ratio("textkit_8", "textkit_batch1_8", "tokens_per_s")
     result["ttft_8_over_lone"] = ratio("textkit_8", "textkit_1", "ttft_p50_s")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer-python", help="a Python with torch and transformers[serving]")
+    parser.add_argument("--no-peer", action="store_true", help="textkit only")
+    parser.add_argument("--quick", action="store_true", help="a tiny checkpoint, few requests")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--requests", help=argparse.SUPPRESS)
+    parser.add_argument("--loadgen", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loadgen:
+        print(json.dumps(loadgen(args.loadgen, args.model, int(args.clients),
+                                 Path(args.requests))))
+        return
+    if not args.no_peer and not args.peer_python:
+        parser.error("--peer-python is required unless --no-peer")
+    with tempfile.TemporaryDirectory(prefix="textkit_serve_bench_") as work:
+        result = bench(args, Path(work))
     print(json.dumps({**result, **cpu_info()}))
 
 

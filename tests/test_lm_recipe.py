@@ -128,6 +128,23 @@ def toy_unigram_test_perplexity(train_sentences: int, seed: int) -> tuple[float,
     return math.exp(nll / len(tokens["test"])), len(tokens["test"])
 
 
+def test_toy_data_is_generated_inside_the_run_folder(tmp_path, monkeypatch):
+    """Without --data-dir the toy corpus goes into the run's folder: nothing is left behind in
+    the system's temporary folder, however many runs read it."""
+    from textkit.training import RunDir
+
+    scratch = tmp_path / "system_tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    task = lm.LanguageModelTask(lm.LanguageModelConfig(toy_sentences=30),
+                                RunDir(tmp_path / "run"))
+    corpora = {split: task.read_split(split) for split in ("train", "valid", "test")}
+    assert list(scratch.iterdir()) == []
+    for split, corpus in corpora.items():
+        assert corpus.paths == [tmp_path / "run" / "toy_data" / f"{split}.txt"]
+        assert len(corpus) == (30 if split == "train" else 3)
+
+
 @pytest.mark.slow
 def test_end_to_end_toy_run_resume_and_sample(tmp_path, capsys):
     train = load_script("train")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -378,7 +377,8 @@ class LanguageModelTask(Task):
         if config.dataset == "toy":
             sizes = {"train": config.toy_sentences, "valid": max(config.toy_sentences // 10, 1),
                      "test": max(config.toy_sentences // 10, 1)}
-            folder = Path(config.data_dir or tempfile.mkdtemp(prefix="textkit_toy_lm_"))
+            # generated into the run's folder (or --data-dir), never a temporary folder left
+            folder = Path(config.data_dir) if config.data_dir else self.run.root / "toy_data"
             path = write_toy_lm_corpus(folder, seed=config.seed, sizes=sizes)[split]
             return LanguageModelCorpus(path)
         segment = get_dataset_info(config.dataset).splits[split]
