@@ -115,6 +115,40 @@ def test_batches_keep_their_shape_and_hold_every_segment_once():
         np.testing.assert_allclose(sums[sums > 0], 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("objective", ["cbow", "skipgram"])
+def test_one_row_or_pair_per_center_updates_as_the_segment_layout(objective):
+    """CBOW's batches hold one positive word per center and skip-gram's (without subwords) one
+    input row: with that axis exactly ``centers`` long the update skips its segment sums; the
+    same batches padded one entry longer go through them and give the same matrices (the other
+    axis is long enough never to cut a batch, so both layouts cut the same batches)."""
+    from textkit.embedding.word2vec_update import make_update
+
+    corpus = build_corpus(planted_sentences(40), min_count=1)
+    vocab = len(corpus.words)
+    data = center_data(corpus, np.random.default_rng(1), objective=objective, window=3,
+                       keep=np.ones(vocab), offsets=np.arange(vocab + 1),
+                       rows=np.arange(vocab, dtype=np.int32))
+    aligned = (Shapes(16, 16, 200) if objective == "skipgram" else Shapes(16, 200, 16))
+    padded = Shapes(16, aligned.rows + 1, aligned.pairs + 1)
+    rng = np.random.default_rng(0)
+    start = (rng.normal(size=(vocab, 8)).astype(np.float32),
+             rng.normal(size=(vocab, 8)).astype(np.float32))
+    table = noise_table(corpus.counts, 0.75, size=1000)
+    found = []
+    for shapes in (aligned, padded):
+        b = build_batches(data, shapes)
+        batches = (b.in_rows, b.in_seg, b.in_weight, b.out_words, b.out_seg, b.out_weight,
+                   np.full(len(b), 0.05, np.float32))
+        update = make_update(table, shapes.centers, negative=3)
+        inputs, outputs, _, loss, terms = update(np.copy(start[0]), np.copy(start[1]),
+                                                 np.array([0, 7], np.uint32), batches)
+        found.append((np.asarray(inputs), np.asarray(outputs), float(loss), float(terms)))
+    assert len(build_batches(data, aligned)) > 1
+    for got, want in zip(found[0], found[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(found[0][1], start[1])               # the batches did update
+
+
 # ---------------------------------------------------------------------------- training
 @pytest.fixture(scope="module")
 def planted_model():

@@ -172,8 +172,11 @@ def _word_rows(corpus: Corpus, config: Word2VecConfig) -> tuple[np.ndarray, np.n
 
 def _shapes(data: EpochData, centers: int) -> Shapes:
     """Batch sizes from epoch 0's mean rows and pairs per center (with room), never smaller
-    than the largest center."""
+    than the largest center; exactly ``centers`` where every center has one (skip-gram's input
+    row without subwords, CBOW's positive word), which the update takes as aligned."""
     def room(counts: np.ndarray) -> int:
+        if counts.size and counts.min() == counts.max() == 1:
+            return centers
         return math.ceil(centers * float(counts.mean()) * _MARGIN) + int(counts.max())
     return Shapes(centers, room(data.in_counts), room(data.out_counts))
 

@@ -86,8 +86,9 @@ def window_contexts(sentences: np.ndarray, reduced: np.ndarray, window: int
             valid[distance:, slot] = same & (reduced[distance:] >= distance)
         else:            # context at i + distance, for centers i < n - distance
             valid[: n - distance, slot] = same & (reduced[: n - distance] >= distance)
-    centers, slots = np.nonzero(valid)
-    return centers, centers + offsets[slots]
+    flat = np.flatnonzero(valid)               # row-major, as np.nonzero, in one index array
+    centers = flat // (2 * window)
+    return centers, centers + offsets[flat - centers * (2 * window)]
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class EpochData:
 def _expand(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray,
                                                                                 np.ndarray]:
     """``(counts, flat rows)`` of the input rows of each id in ``ids`` (CSR lookup)."""
+    if rows.shape[0] == offsets.shape[0] - 1 and np.all(np.diff(offsets) == 1):
+        return np.ones(ids.shape[0], dtype=np.int64), rows[ids]      # one row per word
     counts = offsets[ids + 1] - offsets[ids]
     starts = np.repeat(offsets[ids] - np.cumsum(counts) + counts, counts)
     return counts, rows[starts + np.arange(int(counts.sum()))]

@@ -25,33 +25,50 @@ import numpy as np
 
 __all__ = ["make_update"]
 
+_IN_RANGE = "promise_in_bounds"
+
 
 def _batch_update(matrices, batch, *, centers: int, negative: int, draws: int, table):
-    """One batch; ``matrices`` = (input float32 [R_in, D], output float32 [V, D], key)."""
+    """One batch; ``matrices`` = (input float32 [R_in, D], output float32 [V, D], key).
+
+    A batch whose rows (pairs) axis has exactly ``centers`` entries holds one input row (one
+    positive word) per center, at the center's own slot (``word2vec_batches``: skip-gram
+    without subwords, CBOW): its segment sums are the identity and are skipped. Every index is
+    in range by construction (word ids, n-gram rows, noise-table entries; padding is row 0), so
+    the gathers and scatters are compiled without bounds checks.
+    """
     inputs, outputs, key = matrices
     in_rows, in_seg, in_weight, out_words, out_seg, out_weight, alpha = batch
+    row_aligned, pair_aligned = in_rows.shape[0] == centers, out_words.shape[0] == centers
     key, draw = jax.random.split(key)
-    x = inputs[in_rows] * in_weight[:, None]                              # [T, D]
-    h = jax.ops.segment_sum(x, in_seg, num_segments=centers)              # [B, D]
-    hp = h[out_seg]                                                       # [P, D]
-    u_pos = outputs[out_words]                                            # [P, D]
+    x = inputs.at[in_rows].get(mode=_IN_RANGE) * in_weight[:, None]       # [T, D]
+    h = x if row_aligned else jax.ops.segment_sum(x, in_seg, num_segments=centers)  # [B, D]
+    hp = h if pair_aligned else h[out_seg]                                # [P, D]
+    u_pos = outputs.at[out_words].get(mode=_IN_RANGE)                     # [P, D]
     score_pos = jnp.sum(hp * u_pos, axis=1)                               # [P]
     g_pos = (1.0 - jax.nn.sigmoid(score_pos)) * alpha * out_weight        # [P]
     noise = table[jax.random.randint(draw, (centers, negative * draws), 0,
                                      table.shape[0])]                     # [B, K]
-    differs = (noise[out_seg] != out_words[:, None]) * out_weight[:, None]           # [P, K]
-    noise_weight = jax.ops.segment_sum(differs, out_seg, num_segments=centers) / draws  # [B, K]
-    u_neg = outputs[noise]                                                # [B, K, D]
+    pair_noise = noise if pair_aligned else noise[out_seg]                # [P, K]
+    differs = (pair_noise != out_words[:, None]) * out_weight[:, None]    # [P, K]
+    noise_weight = (differs if pair_aligned else
+                    jax.ops.segment_sum(differs, out_seg, num_segments=centers)) / draws  # [B, K]
+    u_neg = outputs.at[noise].get(mode=_IN_RANGE)                         # [B, K, D]
     score_neg = jnp.einsum("bd,bkd->bk", h, u_neg)                       # [B, K]
     g_neg = -jax.nn.sigmoid(score_neg) * alpha * noise_weight            # [B, K]
     loss = -(jnp.sum(out_weight * jax.nn.log_sigmoid(score_pos))
              + jnp.sum(noise_weight * jax.nn.log_sigmoid(-score_neg)))
-    dh = (jax.ops.segment_sum(g_pos[:, None] * u_pos, out_seg, num_segments=centers)
+    pos_grad = g_pos[:, None] * u_pos                                     # [P, D]
+    dh = ((pos_grad if pair_aligned else
+           jax.ops.segment_sum(pos_grad, out_seg, num_segments=centers))
           + jnp.einsum("bk,bkd->bd", g_neg, u_neg))                      # [B, D]
-    outputs = outputs.at[out_words].add(g_pos[:, None] * hp)
-    outputs = outputs.at[noise.reshape(-1)].add(
-        (g_neg[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
-    inputs = inputs.at[in_rows].add(dh[in_seg] * (in_weight > 0)[:, None])
+    # one scatter for the positive and the noise rows: [P + B * K, D]
+    out_index = jnp.concatenate([out_words, noise.reshape(-1)])
+    out_delta = jnp.concatenate([g_pos[:, None] * hp,
+                                 (g_neg[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1])])
+    outputs = outputs.at[out_index].add(out_delta, mode=_IN_RANGE)
+    row_delta = dh if row_aligned else dh[in_seg]                         # [T, D]
+    inputs = inputs.at[in_rows].add(row_delta * (in_weight > 0)[:, None], mode=_IN_RANGE)
     return (inputs, outputs, key), (loss, jnp.sum(out_weight) + jnp.sum(noise_weight))
 
 
