@@ -28,6 +28,7 @@ from textkit.embedding.word2vec_batches import (
     center_data,
     keep_probability,
     noise_table,
+    noise_words,
     subword_rows,
     window_contexts,
 )
@@ -137,11 +138,11 @@ def test_one_row_or_pair_per_center_updates_as_the_segment_layout(objective):
     found = []
     for shapes in (aligned, padded):
         b = build_batches(data, shapes)
+        noise = noise_words(table, np.random.default_rng(2), (len(b), 16, 3))
         batches = (b.in_rows, b.in_seg, b.in_weight, b.out_words, b.out_seg, b.out_weight,
-                   np.full(len(b), 0.05, np.float32))
-        update = make_update(table, shapes.centers, negative=3)
-        inputs, outputs, _, loss, terms = update(np.copy(start[0]), np.copy(start[1]),
-                                                 np.array([0, 7], np.uint32), batches)
+                   noise, np.full(len(b), 0.05, np.float32))
+        update = make_update(shapes.centers)
+        inputs, outputs, loss, terms = update(np.copy(start[0]), np.copy(start[1]), batches)
         found.append((np.asarray(inputs), np.asarray(outputs), float(loss), float(terms)))
     assert len(build_batches(data, aligned)) > 1
     for got, want in zip(found[0], found[1]):

@@ -5,13 +5,13 @@ character n-grams (``Word2VecConfig``: gensim's settings and defaults).
     model = train_word2vec(corpus, Word2VecConfig(objective="skipgram", subwords=True))
     emb = model.embedding()          # TokenEmbedding; with subwords unseen words get vectors
 
-The epochs' segments and batches are made with numpy (``word2vec_batches``) and updated in
-large fixed-shape batches by one jitted function (``word2vec_update``, imported when training
-starts: importing ``textkit.embedding`` never imports jax). While the updates of an epoch run,
-the next epoch's batches are prepared. Each epoch's random draws come from the seed and the
-epoch number alone (numpy ``default_rng([seed, epoch])`` for subsampling and windows, the jax
-key ``fold_in(key(seed), epoch)`` for noise words), so a run resumed from the end of an epoch
-(``Word2VecState``) continues as the uninterrupted run does, on the same device.
+The epochs' segments, batches and noise words are made with numpy (``word2vec_batches``) and
+updated in large fixed-shape batches by one jitted function (``word2vec_update``, imported
+when training starts: importing ``textkit.embedding`` never imports jax). While the updates of
+an epoch run, the next epoch's batches are prepared. Each epoch's random draws come from the
+seed and the epoch number alone (numpy ``default_rng([seed, epoch])`` for subsampling and
+windows, ``default_rng([seed, epoch, 1])`` for noise words), so a run resumed from the end of
+an epoch (``Word2VecState``) continues as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from textkit.embedding.word2vec_batches import (
     center_data,
     keep_probability,
     noise_table,
+    noise_words,
     subword_rows,
 )
 from textkit.embedding.word2vec_config import Word2VecConfig
@@ -181,10 +182,10 @@ def _shapes(data: EpochData, centers: int) -> Shapes:
     return Shapes(centers, room(data.in_counts), room(data.out_counts))
 
 
-def _calls(batches: Batches, alphas: np.ndarray, per_call: int):
+def _calls(batches: Batches, noise: np.ndarray, alphas: np.ndarray, per_call: int):
     """Stacks of ``per_call`` batches (the last one padded with empty batches)."""
     arrays = (batches.in_rows, batches.in_seg, batches.in_weight, batches.out_words,
-              batches.out_seg, batches.out_weight, alphas.astype(np.float32))
+              batches.out_seg, batches.out_weight, noise, alphas.astype(np.float32))
     for start in range(0, len(batches), per_call):
         stop = min(start + per_call, len(batches))
         pad = per_call - (stop - start)
@@ -215,22 +216,27 @@ def train_word2vec(corpus: Corpus, config: Word2VecConfig, *,
                            objective=config.objective, window=config.window, keep=keep,
                            offsets=offsets, rows=rows)
 
+    table = noise_table(corpus.counts, config.ns_exponent)
     first = epoch_data(0)
     shapes = _shapes(first, config.batch_centers)
-    first_batches = build_batches(first, shapes)
+    noise_shape = (shapes.centers, config.negative * config.draws)
+
+    def epoch_batches(epoch: int, data: EpochData | None = None) -> tuple[Batches, np.ndarray]:
+        batches = build_batches(epoch_data(epoch) if data is None else data, shapes)
+        rng = np.random.default_rng([config.seed, epoch, 1])
+        return batches, noise_words(table, rng, (len(batches), *noise_shape))
+
+    first_batches, first_noise = epoch_batches(0, first)
     per_call = max(1, min(_BATCHES_PER_CALL, len(first_batches)))
-    update = make_update(noise_table(corpus.counts, config.ns_exponent), shapes.centers,
-                         config.negative, config.draws)
+    update = make_update(shapes.centers, config.draws)
     inputs, outputs = jax.device_put(state.inputs), jax.device_put(state.outputs)
     compile_start = time.perf_counter()
-    example = next(_calls(first_batches, np.zeros(len(first_batches)), per_call))
-    update = update.lower(inputs, outputs, jax.random.PRNGKey(0), example).compile()
+    example = next(_calls(first_batches, first_noise, np.zeros(len(first_batches)), per_call))
+    update = update.lower(inputs, outputs, example).compile()
     compile_s = time.perf_counter() - compile_start
 
-    def epoch_batches(epoch: int) -> Batches:
-        return build_batches(epoch_data(epoch), shapes)
-
-    batches = first_batches if state.epochs_done == 0 else epoch_batches(state.epochs_done)
+    batches, noise = ((first_batches, first_noise) if state.epochs_done == 0
+                      else epoch_batches(state.epochs_done))
     total_words = config.epochs * corpus.total_tokens
     # the next epoch's batches are made on a second thread while this epoch's updates run
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -239,13 +245,12 @@ def train_word2vec(corpus: Corpus, config: Word2VecConfig, *,
             upcoming = pool.submit(epoch_batches, epoch + 1) if epoch + 1 < config.epochs else None
             done = epoch * corpus.total_tokens + batches.first_position
             alphas = config.alpha - (config.alpha - config.min_alpha) * done / total_words
-            key = jax.random.fold_in(jax.random.PRNGKey(config.seed), epoch)
             losses = []
-            for call in _calls(batches, alphas, per_call):
-                inputs, outputs, key, loss, terms = update(inputs, outputs, key, call)
+            for call in _calls(batches, noise, alphas, per_call):
+                inputs, outputs, loss, terms = update(inputs, outputs, call)
                 losses.append((loss, terms))
             if upcoming is not None:
-                batches = upcoming.result()
+                batches, noise = upcoming.result()
             loss = sum(float(x) for x, _ in losses) / max(sum(float(t) for _, t in losses), 1.0)
             seconds = time.perf_counter() - start
             if not math.isfinite(loss):

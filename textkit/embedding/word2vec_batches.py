@@ -26,7 +26,7 @@ from textkit.embedding.fasttext_bin import char_ngrams, fnv1a_int8
 from textkit.embedding.word2vec_corpus import Corpus
 
 __all__ = ["Batches", "EpochData", "Shapes", "build_batches", "center_data",
-           "keep_probability", "noise_table", "subword_rows", "window_contexts"]
+           "keep_probability", "noise_table", "noise_words", "subword_rows", "window_contexts"]
 
 
 def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
@@ -45,6 +45,12 @@ def noise_table(counts: np.ndarray, exponent: float, size: int = 1 << 22) -> np.
     bounds = np.round(np.cumsum(weights) / weights.sum() * size).astype(np.int64)
     repeats = np.diff(bounds, prepend=0)
     return np.repeat(np.arange(len(weights), dtype=np.int32), repeats)
+
+
+def noise_words(table: np.ndarray, rng: np.random.Generator, shape: tuple[int, ...]
+                ) -> np.ndarray:
+    """int32 ``shape``: noise words, each a uniform entry of ``table`` (``noise_table``)."""
+    return table[rng.integers(0, table.shape[0], size=shape)]
 
 
 def subword_rows(words: list[str], min_n: int, max_n: int, bucket: int

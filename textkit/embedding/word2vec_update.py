@@ -5,14 +5,14 @@ One call runs a ``lax.scan`` over a stack of fixed-shape batches (``word2vec_bat
 batch, as word2vec does per pair but for all pairs of the batch at once (Hogwild-like: the
 pairs of one batch see the matrices as they were before it): a segment's (center's) input
 vector ``h`` is the weighted mean of its input rows; each positive pair scores its output word
-(label 1); the segment draws ``negative * draws`` noise words from the unigram^0.75 table
-(label 0), shared by its pairs, each weighted ``1 / draws`` once per pair whose positive word
-it is not (gensim skips a noise word equal to the positive word) -- the same expected update as
-``negative`` draws per pair, with ``draws`` sets per segment instead of one per pair
-(skip-gram has about ``window + 1`` pairs per center); ``g = (label - sigmoid(h . u)) *
-alpha``; each output row gets ``g * h`` and every input row of the segment the full
-``sum g * u`` (word2vec's and fastText's rule: the error is not divided among the rows). The
-updates are scatter-adds into the donated matrices.
+(label 1); the segment's ``negative * draws`` noise words (label 0; drawn on the host,
+``word2vec_batches.noise_words``) are shared by its pairs, each weighted ``1 / draws`` once
+per pair whose positive word it is not (gensim skips a noise word equal to the positive word)
+-- the same expected update as ``negative`` draws per pair, with ``draws`` sets per segment
+instead of one per pair (skip-gram has about ``window + 1`` pairs per center); ``g = (label -
+sigmoid(h . u)) * alpha``; each output row gets ``g * h`` and every input row of the segment
+the full ``sum g * u`` (word2vec's and fastText's rule: the error is not divided among the
+rows). The updates are scatter-adds into the donated matrices.
 """
 
 from __future__ import annotations
@@ -21,34 +21,30 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 __all__ = ["make_update"]
 
 _IN_RANGE = "promise_in_bounds"
 
 
-def _batch_update(matrices, batch, *, centers: int, negative: int, draws: int, table):
-    """One batch; ``matrices`` = (input float32 [R_in, D], output float32 [V, D], key).
+def _batch_update(matrices, batch, *, centers: int, draws: int):
+    """One batch; ``matrices`` = (input float32 [R_in, D], output float32 [V, D]).
 
     A batch whose rows (pairs) axis has exactly ``centers`` entries holds one input row (one
     positive word) per center, at the center's own slot (``word2vec_batches``: skip-gram
     without subwords, CBOW): its segment sums are the identity and are skipped. Every index is
-    in range by construction (word ids, n-gram rows, noise-table entries; padding is row 0), so
+    in range by construction (word ids, n-gram rows, noise words; padding is row 0), so
     the gathers and scatters are compiled without bounds checks.
     """
-    inputs, outputs, key = matrices
-    in_rows, in_seg, in_weight, out_words, out_seg, out_weight, alpha = batch
+    inputs, outputs = matrices
+    in_rows, in_seg, in_weight, out_words, out_seg, out_weight, noise, alpha = batch
     row_aligned, pair_aligned = in_rows.shape[0] == centers, out_words.shape[0] == centers
-    key, draw = jax.random.split(key)
     x = inputs.at[in_rows].get(mode=_IN_RANGE) * in_weight[:, None]       # [T, D]
     h = x if row_aligned else jax.ops.segment_sum(x, in_seg, num_segments=centers)  # [B, D]
     hp = h if pair_aligned else h[out_seg]                                # [P, D]
     u_pos = outputs.at[out_words].get(mode=_IN_RANGE)                     # [P, D]
     score_pos = jnp.sum(hp * u_pos, axis=1)                               # [P]
     g_pos = (1.0 - jax.nn.sigmoid(score_pos)) * alpha * out_weight        # [P]
-    noise = table[jax.random.randint(draw, (centers, negative * draws), 0,
-                                     table.shape[0])]                     # [B, K]
     pair_noise = noise if pair_aligned else noise[out_seg]                # [P, K]
     differs = (pair_noise != out_words[:, None]) * out_weight[:, None]    # [P, K]
     noise_weight = (differs if pair_aligned else
@@ -69,27 +65,24 @@ def _batch_update(matrices, batch, *, centers: int, negative: int, draws: int, t
     outputs = outputs.at[out_index].add(out_delta, mode=_IN_RANGE)
     row_delta = dh if row_aligned else dh[in_seg]                         # [T, D]
     inputs = inputs.at[in_rows].add(row_delta * (in_weight > 0)[:, None], mode=_IN_RANGE)
-    return (inputs, outputs, key), (loss, jnp.sum(out_weight) + jnp.sum(noise_weight))
+    return (inputs, outputs), (loss, jnp.sum(out_weight) + jnp.sum(noise_weight))
 
 
-def make_update(table: np.ndarray, centers: int, negative: int, draws: int = 1):
-    """``update(inputs, outputs, key, batches) -> (inputs, outputs, key, loss, terms)``.
+def make_update(centers: int, draws: int = 1):
+    """``update(inputs, outputs, batches) -> (inputs, outputs, loss, terms)``.
 
-    ``table`` int32 [S] is the noise table; ``batches`` the tuple (in_rows int32 [n, T],
-    in_seg int32 [n, T], in_weight float32 [n, T], out_words int32 [n, P], out_seg int32
-    [n, P], out_weight float32 [n, P], alpha float32 [n]). ``inputs`` float32 [R_in, D] and
-    ``outputs`` float32 [V, D] are donated and updated in place; ``key`` is a raw uint32 [2]
-    key; ``loss`` (float32) sums the negative log-likelihood over the ``terms`` scored.
-    A segment draws ``negative * draws`` noise words, each weighted ``1 / draws``.
+    ``batches`` is the tuple (in_rows int32 [n, T], in_seg int32 [n, T], in_weight float32
+    [n, T], out_words int32 [n, P], out_seg int32 [n, P], out_weight float32 [n, P], noise
+    int32 [n, B, K], alpha float32 [n]) of ``n`` batches of ``B = centers`` segments, each
+    segment's ``K = negative * draws`` noise words weighted ``1 / draws``. ``inputs`` float32
+    [R_in, D] and ``outputs`` float32 [V, D] are donated and updated in place; ``loss``
+    (float32) sums the negative log-likelihood over the ``terms`` scored.
     """
-    table = jnp.asarray(table)
-    body = functools.partial(_batch_update, centers=centers, negative=negative, draws=draws,
-                             table=table)
+    body = functools.partial(_batch_update, centers=centers, draws=draws)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def update(inputs, outputs, key, batches):
-        (inputs, outputs, key), (loss, terms) = jax.lax.scan(body, (inputs, outputs, key),
-                                                              batches)
-        return inputs, outputs, key, jnp.sum(loss), jnp.sum(terms)
+    def update(inputs, outputs, batches):
+        (inputs, outputs), (loss, terms) = jax.lax.scan(body, (inputs, outputs), batches)
+        return inputs, outputs, jnp.sum(loss), jnp.sum(terms)
 
     return update
