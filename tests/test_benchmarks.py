@@ -293,6 +293,11 @@ def test_lora_benchmark_quick(tmp_path):
                              ("attention", "all", "full")), result["memory_ratio"])
     assert result["trained_attention"] < result["trained_all"] < result["trained_full"]
     assert result["peer_skipped"] == "--no-peer" and "step_ratio_all" not in result
+    if result["textkit_full_steps_peak_mib"] is not None:   # Linux lets the peak restart
+        assert 0 < result["textkit_all_steps_peak_mib"] <= result["textkit_all_peak_mib"]
+        assert result["steps_memory_ratio"] == pytest.approx(
+            result["textkit_all_steps_peak_mib"] / result["textkit_full_steps_peak_mib"],
+            abs=1e-3)
 
 
 def test_median_json_combines_the_last_lines_of_several_runs(tmp_path):
