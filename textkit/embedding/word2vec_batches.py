@@ -117,8 +117,8 @@ class EpochData:
 def _expand(ids: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray,
                                                                                 np.ndarray]:
     """``(counts, flat rows)`` of the input rows of each id in ``ids`` (CSR lookup)."""
-    if rows.shape[0] == offsets.shape[0] - 1 and np.all(np.diff(offsets) == 1):
-        return np.ones(ids.shape[0], dtype=np.int64), rows[ids]      # one row per word
+    if np.all(np.diff(offsets) == 1):                                 # one row per word
+        return np.ones(ids.shape[0], dtype=np.int64), rows[offsets[ids]]
     counts = offsets[ids + 1] - offsets[ids]
     starts = np.repeat(offsets[ids] - np.cumsum(counts) + counts, counts)
     return counts, rows[starts + np.arange(int(counts.sum()))]
