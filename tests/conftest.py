@@ -9,16 +9,22 @@ graph passes still run; only LLVM's machine-code optimisation is skipped, which 
 not IEEE results). Timings are never asserted, so nothing checked depends on it. A level
 already given in ``XLA_FLAGS`` is kept.
 
-No persistent compilation cache: its writes (``executable.serialize()``) were one of the two
-places where a long-lived worker crashed (see ``_drop_compiled_programs``), and a crashed xdist
-worker once left the session hanging until CI's time limit.
+The processes the tests start (recipes, commands, benchmarks) share their compiled programs
+through JAX's persistent compilation cache in one temporary folder for the session
+(``share_compiled_programs``): the recipe tests run the same toy configurations again and again,
+and a program compiled once is read back in every later process. The xdist workers themselves
+keep it off: its writes (``executable.serialize()``) were one of the two places where a
+long-lived worker crashed (see ``_drop_compiled_programs``), and a crashed xdist worker once left
+the session hanging until CI's time limit.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -33,8 +39,35 @@ def with_fast_compile(flags: str) -> str:
     return f"{flags} {FAST_COMPILE}".strip()
 
 
+# JAX's persistent cache settings for the processes the tests start: every program is kept
+# (none is too quick or too small), and a size limit turns on JAX's file lock, so that two
+# processes writing and reading one entry at once never see half a file
+CACHE_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 * 2**30),
+}
+
+
+def share_compiled_programs(config) -> None:
+    """Point the processes the tests start at one compilation cache folder for the session
+    (made by the controlling process, inherited by the xdist workers and their children, removed
+    when the session ends); a folder the caller already set is kept. This process and the
+    workers do not use it themselves."""
+    if not hasattr(config, "workerinput") and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="textkit-tests-compiled-")
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+        for name, value in CACHE_SETTINGS.items():
+            os.environ.setdefault(name, value)
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
 def pytest_configure(config):
     os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS", ""))
+    share_compiled_programs(config)
     if hasattr(config.option, "loadscopereorder"):      # xdist: keep LONGEST_FIRST's order
         config.option.loadscopereorder = False
 

@@ -26,8 +26,9 @@ def load_script(path: Path, name: str) -> ModuleType:
 
 def cpu_env(devices: int) -> dict[str, str]:
     """This environment without launcher variables, on ``devices`` host CPU devices."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))}
+    env = {k: v for k, v in os.environ.items()       # conftest.py's compilation cache kept
+           if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))
+           or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
     level = [f for f in os.environ.get("XLA_FLAGS", "").split()   # conftest.py's, kept
              if f.startswith("--xla_backend_optimization_level")]
     env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *level])
