@@ -9,15 +9,19 @@ times. A request's choice (one of its ``n``) is a ``Job``:
   smallest prefill bucket that holds it, is run through ``prefill`` on a one-row cache of that
   width, then copied into the free slot's row (keys, values, validity; the columns after it
   marked empty), with the slot's next column at the prompt's length less one;
-* **generate** (``_decode``): one token for every slot: the last prompt token (or the token
-  just generated) in, a token out per slot, by argmax or by a draw with the choice's own key
-  (``textkit.decoding.draws``: seed, prompt index and choice index folded in, then the slot's
-  step), with the raw log-probabilities of the chosen token and its 20 best alternatives;
+* **generate** (``_decode``): one token for every slot up to the last busy one: the last
+  prompt token (or the token just generated) in, a token out per slot, by argmax or by a draw
+  with the choice's own key (``textkit.decoding.draws``: seed, prompt index and choice index
+  folded in, then the slot's step), with the raw log-probabilities of the chosen token and its
+  20 best alternatives;
 * a slot whose job ended (EOS, its length, a stop string, a cancel) is free at once; the next
   waiting job is inserted before the next step (``inserts_per_step`` jobs per step).
 
-Every shape is fixed: ``_decode`` compiles once and ``_insert`` once per bucket, all in
-``warm_up``; nothing compiles while serving. Row b's attention sees only its own valid columns,
+A step decodes only the first rows of the cache, up to the last busy slot (``_decode``, one
+program per row count 2, 4, 8, ... up to the slots; a new job takes the lowest free slot), so a
+lone request does not pay for the idle slots. Every shape is fixed: ``_decode`` compiles once
+per row count and ``_insert`` once per bucket, all in ``warm_up``; nothing compiles while
+serving. Row b's attention sees only its own valid columns,
 so a job's greedy tokens equal ``Generator`` on that prompt alone, and its sampled tokens
 depend on its seed only, not on the other slots.
 
@@ -166,13 +170,45 @@ class _Slots(NamedTuple):
     top_p: np.ndarray        # float32
 
 
-@functools.partial(jax.jit, static_argnames=("model",), donate_argnames=("cache",))
-def _decode(model: Any, params: PyTree, cache: PyTree, slots: _Slots
+def _row_buckets(slots: int) -> tuple[int, ...]:
+    """The row counts ``_decode`` is compiled for: 2, 4, 8, ... below ``slots``, and ``slots``
+    (no single row: XLA:CPU copied the whole cache around a one-row step, which made it slower
+    than two rows)."""
+    rows, count = [], 2
+    while count < slots:
+        rows.append(count)
+        count *= 2
+    return (*rows, slots)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "rows"), donate_argnames=("cache",))
+def _decode(model: Any, params: PyTree, cache: PyTree, slots: _Slots, rows: int
             ) -> tuple[PyTree, _Slots, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """One token for every slot: (cache, the slots' next inputs (``last`` the new token,
-    ``steps`` one on), token int32[B], its raw log-prob float32[B], the ``TOP_LOGPROBS`` best
-    ids int32[B, 20] and log-probs float32[B, 20]). Idle slots write at column 0 of their own
-    row (reset by the next insert) and do not advance."""
+    """``_decode_rows`` on the first ``rows`` slots (the later ones hold no job), written back
+    into the whole cache: of each row's keys and values only the column it wrote, so a step
+    costs what its rows cost, not what every slot would. (cache, slots' next inputs [S],
+    token int32[rows], log-prob float32[rows], ids int32[rows, 20], log-probs [rows, 20])."""
+    if rows == slots.active.shape[0]:
+        return _decode_rows(model, params, cache, slots)
+    head = functools.partial(jax.tree.map, lambda x: x[:rows])
+    part, following, *outputs = _decode_rows(model, params, head(cache), head(slots))
+    r = jnp.arange(rows)
+    written = jnp.where(slots.active[:rows], cache["index"][:rows], 0)          # [rows]
+    layers = tuple({name: full[name].at[r, :, written].set(new[name][r, :, written])
+                    for name in ("key", "value")}                  # [S, KV, C, Dh] each
+                   for full, new in zip(cache["layers"], part["layers"]))
+    merged = {"layers": layers, **{name: cache[name].at[:rows].set(part[name])
+                                   for name in ("valid", "position", "index")}}
+    following = jax.tree.map(lambda whole, head: whole.at[:rows].set(head), slots, following)
+    return merged, following, *outputs
+
+
+def _decode_rows(model: Any, params: PyTree, cache: PyTree, slots: _Slots
+                 ) -> tuple[PyTree, _Slots, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One token for every row B of ``cache`` and ``slots``: (cache, the slots' next inputs
+    (``last`` the new token, ``steps`` one on), token int32[B], its raw log-prob float32[B], the
+    ``TOP_LOGPROBS`` best ids int32[B, 20] and log-probs float32[B, 20]). Idle slots write at
+    column 0 of their own row (reset by the next insert) and do not advance."""
     active = slots.active
     index = jnp.where(active, cache["index"], 0)
     logits, new = model.apply({"params": params}, {**cache, "index": index}, slots.last,
@@ -248,6 +284,12 @@ class Engine:
         self.buckets = _buckets(context, smallest_prefill)
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0
         cache = model.apply({"params": params}, slots, context, method="init_cache")
+        if set(cache) != {"layers", "valid", "position", "index"} or any(
+                set(layer) != {"key", "value"} for layer in cache["layers"]):
+            raise ValueError(f"{type(model).__name__}'s cache is not a DecoderLM's (layers of "
+                             f"keys and values, valid, position, index): the engine serves "
+                             f"decoder-only models")
+        self.row_buckets = _row_buckets(slots)
         self._cache = jax.tree.map(jnp.copy, cache)  # a buffer per leaf: they are donated
         self._host = _Slots(
             last=np.zeros(slots, np.int32), active=np.zeros(slots, bool),
@@ -307,7 +349,9 @@ class Engine:
             tokens = np.full((1, width), self.pad_id, np.int32)
             self._cache = _insert(self.model, self.params, self._cache, jnp.asarray(tokens),
                                   jnp.zeros((1, width), bool), jnp.int32(0))
-        self._cache, *_ = _decode(self.model, self.params, self._cache, self._upload())
+        for rows in self.row_buckets:
+            self._cache, *_ = _decode(self.model, self.params, self._cache, self._upload(),
+                                      rows)
         jax.block_until_ready(self._cache)
 
     def submit(self, jobs: Sequence[Job]) -> None:
@@ -376,8 +420,10 @@ class Engine:
             return
         if self._device is None:       # a slot was filled or freed: the inputs anew
             self._device = self._upload()
+        last = max(slot for slot, running in enumerate(self._running) if running is not None)
+        rows = next(rows for rows in self.row_buckets if rows > last)
         self._cache, self._device, tokens, chosen, ids, values = _decode(
-            self.model, self.params, self._cache, self._device)
+            self.model, self.params, self._cache, self._device, rows)
         tokens, chosen = np.asarray(tokens), np.asarray(chosen)
         ids, values = np.asarray(ids), np.asarray(values)
         now = time.monotonic()
