@@ -21,9 +21,9 @@ A step decodes only the first rows of the cache, up to the last busy slot (``_de
 program per row count 2, 4, 8, ... up to the slots; a new job takes the lowest free slot), so a
 lone request does not pay for the idle slots. Every shape is fixed: ``_decode`` compiles once
 per row count and ``_insert`` once per bucket, all in ``warm_up``; nothing compiles while
-serving. Row b's attention sees only its own valid columns,
-so a job's greedy tokens equal ``Generator`` on that prompt alone, and its sampled tokens
-depend on its seed only, not on the other slots.
+serving. Row b's attention sees only its own valid columns, so a job's greedy tokens equal
+``Generator`` on that prompt alone, and its sampled tokens depend on its seed only, not on the
+other slots.
 
 The engine runs in a thread of its own (``start``); ``submit`` queues jobs (bounded:
 ``QueueFull``), each job's events go to its ``emit`` callable (called from the engine's
@@ -195,7 +195,7 @@ def _decode(model: Any, params: PyTree, cache: PyTree, slots: _Slots, rows: int
     r = jnp.arange(rows)
     written = jnp.where(slots.active[:rows], cache["index"][:rows], 0)          # [rows]
     layers = tuple({name: full[name].at[r, :, written].set(new[name][r, :, written])
-                    for name in ("key", "value")}                  # [S, KV, C, Dh] each
+                    for name in ("key", "value")}          # [slots, KV, context, Dh] each
                    for full, new in zip(cache["layers"], part["layers"]))
     merged = {"layers": layers, **{name: cache[name].at[:rows].set(part[name])
                                    for name in ("valid", "position", "index")}}
