@@ -38,7 +38,7 @@ def test_greedy_jobs_equal_the_generator_alone(family):
         assert got[-1].finish_reason == expected.finish_reason
 
 
-def test_steps_decode_only_up_to_the_last_busy_slot_and_keep_the_others_rows():
+def test_steps_decode_only_up_to_the_last_busy_slot_and_keep_the_others_rows(monkeypatch):
     """Jobs of different lengths through 4 slots: the rows decoded shrink and grow (jobs in
     slots 0 and 1 alone decode two rows; a job in a higher slot widens it again), and every
     job still equals ``Generator`` on its prompt alone, so no row's cache was lost on the
@@ -61,14 +61,11 @@ def test_steps_decode_only_up_to_the_last_busy_slot_and_keep_the_others_rows():
         rows.append(rows_now)
         return original(model, params, cache, slots, rows_now)
 
-    engine_module._decode = spy
-    try:
-        while engine.busy:
-            if len(rows) == 8:
-                engine.submit(jobs[3:])
-            engine.step()
-    finally:
-        engine_module._decode = original
+    monkeypatch.setattr(engine_module, "_decode", spy)
+    while engine.busy:
+        if len(rows) == 8:
+            engine.submit(jobs[3:])
+        engine.step()
     # slots 0, 1, 2 filled one step apart; slot 2 freed after step 8 and job 3 in slot 1
     assert rows[:3] == [2, 2, 4] and rows[8] == 2, rows
     for prompt, n, got in zip(prompts, lengths, events):
