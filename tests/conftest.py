@@ -6,8 +6,11 @@ dropped when a file ends with the worker grown large.
 start (recipes, benchmarks) inherit it. The suite's models are tiny: most of its time is
 compiling, and level 0 compiles about twice as fast while the programs stay the same HLO (XLA's
 graph passes still run; only LLVM's machine-code optimisation is skipped, which changes speed,
-not IEEE results). Timings are never asserted, so nothing checked depends on it. A level
-already given in ``XLA_FLAGS`` is kept.
+not IEEE results). Where this jaxlib still offers it (0.10 does; 0.12 dropped the flag), fusions
+are also compiled by XLA:CPU's elemental IR emitter instead of its MLIR fusion emitters, which
+build an MLIR context and pass pipeline per fusion: five compile-bound test files took 341 s
+against 432 s, a quick decode benchmark 24 s against 30 s. Timings are never asserted, so
+nothing checked depends on either. A flag already given in ``XLA_FLAGS`` is kept.
 
 The processes the tests start (recipes, commands, benchmarks) share their compiled programs
 through JAX's persistent compilation cache in one temporary folder for the session
@@ -23,20 +26,32 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
 import pytest
+from subprocesses import FAST_COMPILE
 
-FAST_COMPILE = "--xla_backend_optimization_level=0"
+
+def xla_accepts(flag: str) -> bool:
+    """Whether this jaxlib's XLA knows ``flag`` (an unknown ``XLA_FLAGS`` entry aborts the
+    process that reads it, so a child process is asked)."""
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    code = "import jax; jax.numpy.zeros(1).block_until_ready()"
+    probe = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           timeout=300)
+    return probe.returncode == 0
 
 
 def with_fast_compile(flags: str) -> str:
-    """``flags`` (an ``XLA_FLAGS`` value) with LLVM optimisation level 0, unless a level is
-    already given."""
-    if "xla_backend_optimization_level" in flags:
-        return flags
-    return f"{flags} {FAST_COMPILE}".strip()
+    """``flags`` (an ``XLA_FLAGS`` value) with each of ``FAST_COMPILE`` that is not already
+    given and that this jaxlib knows (the optimisation level: every jaxlib)."""
+    for name, value in FAST_COMPILE.items():
+        if name not in flags and (name == "--xla_backend_optimization_level"
+                                  or xla_accepts(f"{name}={value}")):
+            flags = f"{flags} {name}={value}"
+    return flags.strip()
 
 
 # JAX's persistent cache settings for the processes the tests start: every program is kept
@@ -66,7 +81,8 @@ def share_compiled_programs(config) -> None:
 
 
 def pytest_configure(config):
-    os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS", ""))
+    if not hasattr(config, "workerinput"):      # the xdist workers inherit the controller's
+        os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS", ""))
     share_compiled_programs(config)
     if hasattr(config.option, "loadscopereorder"):      # xdist: keep LONGEST_FIRST's order
         config.option.loadscopereorder = False

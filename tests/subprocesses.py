@@ -14,6 +14,8 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# the test session's XLA flags for faster compiles (conftest.py), kept by ``cpu_env``
+FAST_COMPILE = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
 
 
 def load_script(path: Path, name: str) -> ModuleType:
@@ -29,9 +31,9 @@ def cpu_env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()       # conftest.py's compilation cache kept
            if not k.startswith(("JAX_", "TEXTKIT_", "SLURM_", "OMPI_"))
            or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
-    level = [f for f in os.environ.get("XLA_FLAGS", "").split()   # conftest.py's, kept
-             if f.startswith("--xla_backend_optimization_level")]
-    env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *level])
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split()    # conftest.py's
+            if f.startswith(tuple(FAST_COMPILE))]
+    env["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={devices}", *kept])
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = str(ROOT)
     return env
