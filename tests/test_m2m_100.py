@@ -70,8 +70,10 @@ def test_logits_match_transformers_on_a_padded_batch(m2m, ref):
                              jnp.asarray(ref["decoder_input_ids"], jnp.int32))
     expected = np.asarray(ref["logits"])
     mask = np.asarray(ref["decoder_input_ids"]) != m2m.tokenizer.pad_id
+    # float32 against torch: mBART-50's largest difference is 1.2e-6 of the largest logit
+    # at XLA's defaults and 2.2e-6 under the test session's compile flags (conftest.py)
     np.testing.assert_allclose(np.asarray(logits)[mask], expected[mask], rtol=0,
-                               atol=1e-6 * np.abs(expected).max())
+                               atol=4e-6 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("run,options", [("greedy", dict(beam_size=1)), ("beam4", {}),

@@ -77,7 +77,7 @@ def test_logits_match_transformers_on_a_padded_batch(t5, ref):
                                atol=1e-5 * np.abs(expected).max())
 
 
-@pytest.mark.parametrize("run", ["greedy", "beam4"])
+@pytest.mark.parametrize("run", ["greedy", pytest.param("beam4", marks=pytest.mark.slow)])
 def test_outputs_match_generate(fixture, ref, run):
     translator, params = load_translator(fixture, prefix=ref["prefix"],
                                          beam_size=ref[run]["options"]["num_beams"])

@@ -199,6 +199,7 @@ def test_one_cache_segment_decodes_the_same_with_one_cache_length(tiny_transform
     assert OneSegmentStep(model_step_fn(model)).resize_cache(None, None, 8) is None
 
 
+@pytest.mark.slow
 def test_warm_up_compiles_every_shape_a_request_meets(tiny_transformer):
     """After ``warm_up`` a request of any length up to the bound, alone or in a pair, runs a
     program already compiled (no new batch shape), and the outputs are the usual ones."""
