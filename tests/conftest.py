@@ -46,10 +46,9 @@ def xla_accepts(flag: str) -> bool:
 
 def with_fast_compile(flags: str) -> str:
     """``flags`` (an ``XLA_FLAGS`` value) with each of ``FAST_COMPILE`` that is not already
-    given and that this jaxlib knows (the optimisation level: every jaxlib)."""
+    given and that this jaxlib knows."""
     for name, value in FAST_COMPILE.items():
-        if name not in flags and (name == "--xla_backend_optimization_level"
-                                  or xla_accepts(f"{name}={value}")):
+        if name not in flags and xla_accepts(f"{name}={value}"):
             flags = f"{flags} {name}={value}"
     return flags.strip()
 
